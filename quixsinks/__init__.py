@@ -1,0 +1,39 @@
+"""quixsinks: Apache Spark sinks ported from the Quix Streams sink catalogue.
+
+    import quixsinks
+    quixsinks.register(spark)                      # every sink whose extra is installed
+    df.writeStream.format("file").option("path", "/data/out").start()
+
+The core (``quixsinks.core``) needs only pyarrow; ``register`` and the DataSource
+classes import pyspark on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .core import *  # noqa: F403
+from .core import __all__ as _core_all
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__version__ = "0.1.0"
+__all__ = [*_core_all, "__version__", "available_sinks", "register"]
+
+
+def register(spark: SparkSession, *custom: Any) -> list[str]:
+    """Register every built-in sink whose extra is installed (and ``custom`` sinks).
+
+    See :func:`quixsinks.spark.registry.register`.
+    """
+    from .spark.registry import register as _register
+
+    return _register(spark, *custom)
+
+
+def available_sinks() -> dict[str, str | None]:
+    """Built-in sink name -> None if usable here, else the extra to install."""
+    from .spark.registry import available_sinks as _available
+
+    return _available()

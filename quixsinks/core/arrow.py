@@ -1,0 +1,36 @@
+"""Small Arrow helpers shared by the record model and the formats."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["as_binary", "join_lines"]
+
+
+def as_binary(array: pa.Array) -> pa.Array:
+    """A string or binary array as ``binary`` (zero-copy for string)."""
+    if pa.types.is_binary(array.type):
+        return array
+    if pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type):
+        return pc.cast(pc.cast(array, pa.large_binary()), pa.binary())
+    return pc.cast(array, pa.binary())
+
+
+def join_lines(array: pa.Array, terminator: bytes = b"\n") -> pa.Buffer:
+    """Concatenate every value followed by ``terminator`` into one buffer, in C.
+
+    Null values must have been filled before; an empty array gives an empty buffer.
+    """
+    if len(array) == 0:
+        return pa.py_buffer(b"")
+    if array.null_count:
+        raise ValueError("join_lines: fill nulls first")
+    lines = pc.binary_join_element_wise(as_binary(array), terminator, b"")
+    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
+    _, offsets_buffer, data = lines.buffers()
+    offsets = pa.Array.from_buffers(
+        pa.int32(), len(lines) + 1, [None, offsets_buffer], offset=lines.offset
+    )
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    return data.slice(start, end - start)

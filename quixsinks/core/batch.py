@@ -1,0 +1,167 @@
+"""SinkBatch: the rows of one Spark partition of one micro-batch, backed by Arrow.
+
+A sink's ``write`` receives a :class:`SinkBatch`. Vectorised sinks work on
+:attr:`SinkBatch.table` and the column views (:meth:`keys`, :meth:`timestamps_ms`,
+:meth:`values`); a sink that needs Python objects iterates the batch and gets one
+:class:`SinkItem` per row, like a Quix Streams ``SinkBatch``. Large partitions reach
+the sink as several SinkBatches of bounded size (option ``max_batch_bytes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from .records import RecordSchema
+
+__all__ = ["SinkBatch", "SinkItem", "WriteContext"]
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """Where a batch comes from.
+
+    Attributes:
+        sink_id: stable id of the writing query (the streaming query id, the ``sink_id``
+            option, or a fresh id per batch write).
+        batch_id: the micro-batch id (0 for a batch write).
+        partition_id: the Spark partition.
+        attempt_id: unique per task attempt (never reused, also across restarts).
+        streaming: True in Structured Streaming.
+    """
+
+    sink_id: str
+    batch_id: int
+    partition_id: int = 0
+    attempt_id: str = "0"
+    streaming: bool = False
+
+
+@dataclass(frozen=True)
+class SinkItem:
+    """One row as a Quix-style record."""
+
+    key: Any
+    value: dict[str, Any]
+    timestamp: int | None
+    headers: Any = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass
+class SinkBatch:
+    """One partition's rows of one micro-batch (or a bounded slice of them).
+
+    Attributes:
+        table: the rows, as Spark delivered them.
+        records: which columns are key, timestamp, value and metadata.
+        context: batch id, partition, attempt.
+        counters: per-batch counts a sink wants in its receipt (e.g. ``skipped``).
+    """
+
+    table: pa.Table
+    records: RecordSchema
+    context: WriteContext
+    counters: dict[str, int] = field(default_factory=dict)
+    _values: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def batch_id(self) -> int:
+        return self.context.batch_id
+
+    @property
+    def partition_id(self) -> int:
+        return self.context.partition_id
+
+    @property
+    def attempt_id(self) -> str:
+        return self.context.attempt_id
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.table.num_rows)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes)
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to a counter reported in the task's receipt."""
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    # ------------------------------------------------------------ chunking
+
+    def iter_chunks(self, n: int) -> Iterator[SinkBatch]:
+        """Yield consecutive slices of ``n`` rows (the last may be shorter); zero-copy."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"chunk size must be a positive integer, got {n!r}")
+        for start in range(0, self.num_rows, n):
+            yield self._slice(start, min(n, self.num_rows - start))
+
+    def iter_chunks_by_bytes(self, max_bytes: int) -> Iterator[SinkBatch]:
+        """Yield consecutive slices of about ``max_bytes`` of Arrow data each (>= 1 row)."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+        if self.num_rows == 0:
+            return
+        per_row = max(1, self.nbytes // self.num_rows)
+        yield from self.iter_chunks(max(1, max_bytes // per_row))
+
+    def _slice(self, start: int, length: int) -> SinkBatch:
+        values = self._values.slice(start, length) if self._values is not None else None
+        return SinkBatch(
+            self.table.slice(start, length), self.records, self.context, self.counters, values
+        )
+
+    # ------------------------------------------------------------ column views
+
+    def keys(self) -> pa.Array:
+        return self.records.key_array(self.table)
+
+    def timestamps_ms(self) -> pa.Array:
+        """int64 epoch milliseconds, null where the row has none."""
+        return self.records.timestamp_ms(self.table)
+
+    def values(self) -> pa.Table:
+        """The value columns (a JSON value column parsed), computed once per batch."""
+        if self._values is None:
+            self._values = self.records.value_table(self.table)
+        return self._values
+
+    def column(self, name: str) -> pa.Array:
+        return self.table.column(name).combine_chunks()
+
+    # ------------------------------------------------------------ per-row view
+
+    def __iter__(self) -> Iterator[SinkItem]:
+        """Rows as :class:`SinkItem` objects (Python objects: use for non-vectorised sinks)."""
+        keys = self.keys().to_pylist()
+        stamps = self.timestamps_ms().to_pylist()
+        values = self.values().to_pylist() if self.values().num_columns else [{}] * self.num_rows
+        meta = {
+            part: self.column(name).to_pylist() if name else [None] * self.num_rows
+            for part, name in (
+                ("headers", self.records.headers),
+                ("topic", self.records.topic),
+                ("partition", self.records.partition),
+                ("offset", self.records.offset),
+            )
+        }
+        for i in range(self.num_rows):
+            yield SinkItem(
+                key=keys[i],
+                value=values[i],
+                timestamp=stamps[i],
+                headers=meta["headers"][i],
+                topic=meta["topic"][i],
+                partition=meta["partition"][i],
+                offset=meta["offset"][i],
+            )

@@ -1,0 +1,247 @@
+"""Destinations: where file-writing sinks put bytes (local disk now; S3 and Azure next).
+
+A :class:`Destination` is a flat key space under a root (``a/b/c.parquet``) with the
+few operations the commit protocol needs:
+
+* ``write_bytes`` (overwrites), ``read_bytes``, ``exists``, ``list``, ``delete``;
+* ``move`` to a fixed final name (rename on disk, copy+delete on object stores);
+* ``create_exclusive``: create a small object only if it does not exist yet
+  (``O_EXCL``/link on disk, ``If-None-Match: *`` on S3, ``overwrite=False`` on Azure),
+  the primitive that lets exactly one driver publish a micro-batch.
+
+Library errors are translated at one boundary per backend into
+:class:`~quixsinks.core.errors.DestinationNotFoundError`,
+:class:`~quixsinks.core.errors.DestinationAccessDeniedError` or
+:class:`~quixsinks.core.errors.DestinationError`. Destinations hold no open clients
+when pickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+
+from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
+
+__all__ = ["Destination", "LocalDestination"]
+
+
+class Destination(ABC):
+    """A place to write files, addressed by ``/``-separated keys relative to a root."""
+
+    #: True where a file can be appended to in place (local disk only).
+    supports_append: bool = False
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The root, for messages (never with credentials)."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Fail early (on the driver) if the root cannot be written."""
+
+    @abstractmethod
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Write (or replace) ``key``."""
+
+    @abstractmethod
+    def read_bytes(self, key: str) -> bytes:
+        """Read ``key``; DestinationNotFoundError if it does not exist."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key below ``prefix`` (a folder-like prefix, recursive), sorted."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete keys; keys that do not exist are ignored."""
+
+    @abstractmethod
+    def move(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing ``dst``."""
+
+    @abstractmethod
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data`` if it does not exist; False if it already did."""
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.delete(self.list(prefix))
+
+
+@contextlib.contextmanager
+def _translate(location: str) -> Iterator[None]:
+    """Map OS errors to quixsinks destination errors (one boundary for local disk)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise DestinationNotFoundError(
+            f"{location}: no such file or directory", location=location
+        ) from exc
+    except PermissionError as exc:
+        raise DestinationAccessDeniedError(
+            f"{location}: permission denied", location=location
+        ) from exc
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise DestinationError(f"{location}: {reason}", location=location) from exc
+
+
+class LocalDestination(Destination):
+    """A directory on a local (or shared, mounted) filesystem.
+
+    On a cluster the directory must be on storage that the driver and every executor
+    see at the same path (NFS, a FUSE mount...), as for Spark's own file writers.
+
+    Args:
+        root: the directory. It is created if missing, but its parent must exist, so a
+            mistyped parent path is an error instead of a new directory tree.
+    """
+
+    supports_append = True
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(os.path.expanduser(root))
+
+    def __repr__(self) -> str:
+        return f"LocalDestination({self.root!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LocalDestination) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    @property
+    def url(self) -> str:
+        return self.root
+
+    def path(self, key: str) -> str:
+        """The absolute path of ``key``; keys cannot climb out of the root."""
+        parts = [p for p in key.split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise DestinationError(f"invalid key {key!r}", location=self.root)
+        return os.path.join(self.root, *parts)
+
+    def check(self) -> None:
+        if os.path.isdir(self.root):
+            target = self.root
+        else:
+            parent = os.path.dirname(self.root)
+            if not os.path.isdir(parent):
+                raise DestinationNotFoundError(
+                    f"{self.root}: the parent directory {parent} does not exist; "
+                    "create it first (quixsinks creates only the last level)",
+                    location=self.root,
+                )
+            if os.path.exists(self.root):
+                raise DestinationError(
+                    f"{self.root} exists and is not a directory", location=self.root
+                )
+            target = parent
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise DestinationAccessDeniedError(
+                f"{target}: this user may not write here", location=target
+            )
+        with _translate(self.root):
+            os.makedirs(self.root, exist_ok=True)
+
+    def _write(self, path: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        path = self.path(key)
+        with _translate(path):
+            self._write(path, data)
+
+    def read_bytes(self, key: str) -> bytes:
+        path = self.path(key)
+        with _translate(path), open(path, "rb") as f:
+            return f.read()
+
+    def exists(self, key: str) -> bool:
+        return os.path.exists(self.path(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.path(prefix) if prefix else self.root
+        if not os.path.isdir(base):
+            return []
+        keys = []
+        with _translate(base):
+            for folder, _dirs, files in os.walk(base):
+                rel = os.path.relpath(folder, self.root)
+                for name in files:
+                    keys.append(name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}")
+        return sorted(keys)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        folders = set()
+        for key in keys:
+            path = self.path(key)
+            with _translate(path), contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            folders.add(os.path.dirname(path))
+        for folder in sorted(folders, key=len, reverse=True):
+            self._prune_empty(folder)
+
+    def _prune_empty(self, folder: str) -> None:
+        """Remove now-empty folders up to (not including) the root."""
+        while folder.startswith(self.root + os.sep):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                return
+            folder = os.path.dirname(folder)
+
+    def delete_prefix(self, prefix: str) -> None:
+        path = self.path(prefix)
+        if os.path.isdir(path):
+            with _translate(path):
+                shutil.rmtree(path)
+        self._prune_empty(os.path.dirname(path))
+
+    def move(self, src: str, dst: str) -> None:
+        source, target = self.path(src), self.path(dst)
+        with _translate(source):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(source, target)
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        # Write the content under a unique name, then link it into place: the link is
+        # atomic and fails if the key exists, so readers never see a partial marker.
+        path = self.path(key)
+        temp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with _translate(path):
+            self._write(temp, data)
+            try:
+                os.link(temp, path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError as exc:  # filesystems without hard links
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                    raise
+                return self._create_exclusive_open(path, data)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(temp)
+
+    @staticmethod
+    def _create_exclusive_open(path: str, data: bytes) -> bool:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return True

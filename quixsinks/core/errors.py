@@ -1,0 +1,189 @@
+"""The quixsinks exception tree.
+
+Every error raised by quixsinks derives from :class:`QuixSinksError`, grouped by what
+the caller can do about it::
+
+    QuixSinksError
+    ├── OptionError (also ValueError)       a bad, unknown or missing option; raised on the
+    │   └── InvalidFormatError              driver before any task runs. Fix the option.
+    ├── RecordError (also ValueError)       a row that cannot be written (missing column,
+    │                                       unserialisable value). Fix the data.
+    ├── DestinationError                    the destination refused or failed.
+    │   ├── DestinationNotFoundError        bucket, container, directory or table missing
+    │   └── DestinationAccessDeniedError    credentials lack the right to write
+    ├── CommitError                         the driver could not finish a micro-batch; the
+    │                                       query can be restarted from its checkpoint
+    ├── RetryableError                      transient: the RetryPolicy retries these
+    │   └── SinkBackpressureError           the destination asked us to slow down
+    └── MissingDependencyError (ImportError) a sink's optional extra is not installed
+
+Errors carry their details as attributes (``option``, ``value``, ``allowed``...) and
+survive pickling, so they can cross from a Spark executor to the driver intact.
+Messages never contain secret option values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "CommitError",
+    "DestinationAccessDeniedError",
+    "DestinationError",
+    "DestinationNotFoundError",
+    "InvalidFormatError",
+    "MissingDependencyError",
+    "OptionError",
+    "QuixSinksError",
+    "RecordError",
+    "RetryableError",
+    "SinkBackpressureError",
+]
+
+
+class QuixSinksError(Exception):
+    """Root of every quixsinks error.
+
+    Subclasses keep their constructor keywords in ``self._kwargs`` so that they pickle
+    and unpickle with their attributes (exceptions with keyword-only constructors do
+    not survive pickling by default).
+    """
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message)
+        self._kwargs = kwargs
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self._kwargs))
+
+
+def _rebuild(cls: type[QuixSinksError], message: str, kwargs: dict[str, Any]) -> QuixSinksError:
+    error = cls.__new__(cls)
+    QuixSinksError.__init__(error, message, **kwargs)
+    for name, value in kwargs.items():
+        setattr(error, name, value)
+    return error
+
+
+class OptionError(QuixSinksError, ValueError):
+    """A data source option is unknown, missing or has a value that is not allowed.
+
+    Attributes:
+        option: the option's canonical (snake_case) name, or None for several options.
+        value: the offending value as given (``"***"`` for secrets).
+        allowed: what is allowed, as a sequence of values or a description.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        option: str | None = None,
+        value: Any = None,
+        allowed: Sequence[str] | str | None = None,
+    ) -> None:
+        super().__init__(message, option=option, value=value, allowed=allowed)
+        self.option = option
+        self.value = value
+        self.allowed = allowed
+
+
+class InvalidFormatError(OptionError):
+    """An unknown file format name, or a format that cannot do what was asked."""
+
+
+class RecordError(QuixSinksError, ValueError):
+    """Data that cannot be written: a missing column, a value that cannot be serialised.
+
+    Attributes:
+        column: the column involved, when known.
+        row: the row's index within its partition's batch, when known.
+    """
+
+    def __init__(self, message: str, *, column: str | None = None, row: int | None = None):
+        super().__init__(message, column=column, row=row)
+        self.column = column
+        self.row = row
+
+
+class DestinationError(QuixSinksError):
+    """The destination failed or refused an operation.
+
+    Attributes:
+        location: the path, URL or table involved (never with credentials).
+    """
+
+    def __init__(self, message: str, *, location: str | None = None) -> None:
+        super().__init__(message, location=location)
+        self.location = location
+
+
+class DestinationNotFoundError(DestinationError):
+    """The directory, bucket, container or table does not exist."""
+
+
+class DestinationAccessDeniedError(DestinationError):
+    """The destination exists but the credentials in use may not write to it."""
+
+
+class CommitError(QuixSinksError):
+    """The driver could not finish committing a micro-batch.
+
+    What was already published stays consistent: restarting the query from its
+    checkpoint replays the batch and the commit completes (or is skipped if done).
+    """
+
+
+class RetryableError(QuixSinksError):
+    """A transient failure that the :class:`~quixsinks.core.backpressure.RetryPolicy` retries.
+
+    Attributes:
+        retry_after: seconds the destination asked us to wait, or None to use backoff.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.retry_after = retry_after
+
+
+class SinkBackpressureError(RetryableError):
+    """Raised by a sink's ``write`` when the destination asks to slow down (HTTP 429...).
+
+    As in Quix Streams, ``retry_after`` is the pause in seconds before the write is
+    tried again. quixsinks retries the write within the task, according to the
+    sink's RetryPolicy, instead of failing the micro-batch.
+    """
+
+    def __init__(self, retry_after: float = 0.0, message: str | None = None) -> None:
+        if retry_after < 0:
+            raise ValueError(f"retry_after must be >= 0, got {retry_after!r}")
+        text = message or f"destination asked to retry after {retry_after:g} s"
+        super().__init__(text, retry_after=retry_after)
+
+
+class MissingDependencyError(QuixSinksError, ImportError):
+    """A sink's optional dependency is not installed.
+
+    Attributes:
+        extra: the quixsinks extra to install, e.g. ``"postgresql"``.
+    """
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"{package!r} is not installed; install it with: pip install 'quixsinks[{extra}]'",
+            extra=extra,
+        )
+        self.extra = extra
+
+
+def format_allowed(values: Iterable[str]) -> str:
+    """Render allowed values for a message: ``'a', 'b' or 'c'``."""
+    items = [repr(v) for v in values]
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " or " + items[-1]

@@ -1,0 +1,411 @@
+"""File formats: JSON Lines, Parquet and CSV, serialised from Arrow without per-row Python.
+
+A :class:`Format` turns a :class:`~quixsinks.core.batch.SinkBatch` into the bytes of
+a file (or of a piece appended to one). The record layout follows Quix Streams:
+
+=========  ============================================================================
+format     layout of one record
+=========  ============================================================================
+JSON       ``{"_timestamp": <ms>, "_key": <key>, "_value": {<value columns>}}`` per line
+Parquet    columns ``_timestamp`` (int64 ms), ``_key`` + one column per value column
+CSV        columns ``key, value, timestamp, topic, partition, offset`` (value as JSON)
+=========  ============================================================================
+
+Keys are written as themselves: text keys as strings, binary keys decoded as UTF-8
+(Quix wrote the Python repr of non-bytes keys; we do not). Non-finite floats become
+JSON ``null``; timestamps ISO 8601; binary values base64; decimals exact.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+import decimal
+import gzip
+import io
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from .arrow import join_lines
+from .batch import SinkBatch
+from .errors import InvalidFormatError, RecordError, format_allowed
+
+__all__ = [
+    "CSVFormat",
+    "Format",
+    "JSONFormat",
+    "ParquetFormat",
+    "json_column",
+    "json_objects",
+    "resolve_format",
+]
+
+ParquetCompression = Literal["snappy", "none", "gzip", "brotli", "lz4", "zstd"]
+PARQUET_COMPRESSIONS: tuple[str, ...] = ("snappy", "none", "gzip", "brotli", "lz4", "zstd")
+CSV_DIALECTS: tuple[str, ...] = ("excel", "excel-tab", "unix")
+
+
+class Format(ABC):
+    """How records become file content.
+
+    Attributes:
+        file_extension: appended to every file name, dot included.
+        appendable: pieces can be appended to an existing file and stay one valid file.
+    """
+
+    file_extension: str
+    appendable: bool
+
+    @abstractmethod
+    def serialize(self, batch: SinkBatch) -> bytes:
+        """The bytes of ``batch`` (without any header)."""
+
+    def header(self) -> bytes:
+        """Bytes that start a new file (CSV's header line); empty for most formats."""
+        return b""
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, infinity) replaced by None."""
+    if isinstance(value, float):
+        return value if value - value == 0 else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _dumps_row(value: Any) -> str:
+    """One value as JSON text, the way the vectorised encoder would write it."""
+    try:
+        return json.dumps(value, default=_json_default, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere inside
+        return json.dumps(_finite(value), default=_json_default, ensure_ascii=False)
+
+
+_CONTROL = r"[\x00-\x07\x0b\x0e-\x1f]"
+_ESCAPES = (
+    ("\\", "\\\\"),
+    ('"', '\\"'),
+    ("\n", "\\n"),
+    ("\r", "\\r"),
+    ("\t", "\\t"),
+    ("\b", "\\b"),
+    ("\f", "\\f"),
+)
+
+
+def _json_strings(column: pa.Array) -> pa.Array:
+    """JSON string literals for a utf8 column (nulls stay null)."""
+    if pc.any(pc.match_substring_regex(column, _CONTROL)).as_py():
+        return pa.array(
+            [None if v is None else _dumps_row(v) for v in column.to_pylist()], pa.string()
+        )
+    escaped = column
+    for raw, replacement in _ESCAPES:
+        escaped = pc.replace_substring(escaped, raw, replacement)
+    return pc.binary_join_element_wise('"', escaped, '"', "")
+
+
+def json_column(column: pa.Array) -> pa.Array:
+    """Each value of ``column`` as JSON text, ``null`` for nulls; vectorised where possible."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    t = column.type
+    if pa.types.is_null(t):
+        return pa.array(["null"] * len(column), pa.string())
+    if pa.types.is_dictionary(t):
+        return json_column(column.dictionary_decode())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = _json_strings(pc.cast(column, pa.string()))
+    elif pa.types.is_integer(t) or pa.types.is_decimal(t):
+        out = pc.cast(column, pa.string())
+    elif pa.types.is_floating(t):
+        finite = pc.is_finite(column)
+        out = pc.if_else(finite, pc.cast(column, pa.string()), pa.scalar(None, pa.string()))
+    elif pa.types.is_boolean(t):
+        out = pc.cast(column, pa.string())
+    elif pa.types.is_timestamp(t):
+        text = pc.strftime(column, "%Y-%m-%dT%H:%M:%S")
+        suffix = "Z" if t.tz else ""
+        out = pc.binary_join_element_wise('"', text, suffix + '"', "")
+    elif pa.types.is_date(t):
+        out = pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
+    else:
+        out = pa.array(
+            [None if v is None else _dumps_row(v) for v in column.to_pylist()], pa.string()
+        )
+    return pc.fill_null(out, "null")
+
+
+def json_key_column(keys: pa.Array) -> pa.Array:
+    """Keys as JSON: binary keys decoded as UTF-8 (invalid bytes replaced), else as values."""
+    if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
+        return json_column(decode_utf8(keys))
+    return json_column(keys)
+
+
+def decode_utf8(column: pa.Array) -> pa.Array:
+    """Binary to string; invalid UTF-8 is decoded with replacement characters."""
+    try:
+        return pc.cast(column, pa.string())
+    except pa.ArrowInvalid:
+        return pa.array(
+            [None if v is None else v.decode("utf-8", "replace") for v in column.to_pylist()],
+            pa.string(),
+        )
+
+
+def json_objects(table: pa.Table) -> pa.Array:
+    """One JSON object per row of ``table``, its columns as members, built in C."""
+    if table.num_columns == 0:
+        return pa.array(["{}"] * table.num_rows, pa.string())
+    parts: list[Any] = []
+    for index, name in enumerate(table.column_names):
+        prefix = "{" if index == 0 else ","
+        parts.append(prefix + json.dumps(name, ensure_ascii=False) + ":")
+        parts.append(json_column(table.column(name)))
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "")
+
+
+@dataclass(frozen=True)
+class JSONFormat(Format):
+    """JSON Lines: one ``{"_timestamp", "_key", "_value"}`` object per line.
+
+    Args:
+        file_extension: default ``.jsonl`` (``.gz`` is appended when compressed).
+        compress: gzip each written piece (concatenated gzip members stay one valid file).
+        dumps: a callable ``dict -> str`` replacing the built-in vectorised encoder
+            (per-row Python: slower).
+    """
+
+    file_extension: str = ".jsonl"
+    compress: bool = False
+    dumps: Callable[[Any], str] | None = field(default=None, compare=False)
+    appendable: bool = True
+
+    def __post_init__(self) -> None:
+        if self.compress and not self.file_extension.endswith(".gz"):
+            object.__setattr__(self, "file_extension", self.file_extension + ".gz")
+
+    def serialize(self, batch: SinkBatch) -> bytes:
+        if self.dumps is not None:
+            lines = self._custom_lines(batch)
+        else:
+            timestamps = json_column(batch.timestamps_ms())
+            keys = json_key_column(batch.keys())
+            values = json_objects(batch.values())
+            lines = pc.binary_join_element_wise(
+                '{"_timestamp":', timestamps, ',"_key":', keys, ',"_value":', values, "}", ""
+            )
+        data = join_lines(lines).to_pybytes()
+        return gzip.compress(data, compresslevel=6, mtime=0) if self.compress else data
+
+    def _custom_lines(self, batch: SinkBatch) -> pa.Array:
+        assert self.dumps is not None
+        out = []
+        for index, item in enumerate(batch):
+            key = item.key.decode("utf-8", "replace") if isinstance(item.key, bytes) else item.key
+            record = {"_timestamp": item.timestamp, "_key": key, "_value": item.value}
+            try:
+                out.append(self.dumps(record))
+            except Exception as exc:
+                raise RecordError(f"row {index}: custom dumps failed: {exc}", row=index) from exc
+        return pa.array(out, pa.string())
+
+
+# ----------------------------------------------------------------------------- Parquet
+
+
+@dataclass(frozen=True)
+class ParquetFormat(Format):
+    """Parquet: columns ``_timestamp`` (int64 ms), ``_key`` and the value columns.
+
+    Args:
+        file_extension: default ``.parquet``.
+        compression: snappy (default), none, gzip, brotli, lz4 or zstd.
+    """
+
+    file_extension: str = ".parquet"
+    compression: str = "snappy"
+    appendable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.compression not in PARQUET_COMPRESSIONS:
+            raise InvalidFormatError(
+                f"unknown parquet compression {self.compression!r}; "
+                f"expected {format_allowed(PARQUET_COMPRESSIONS)}",
+                option="compression",
+                value=self.compression,
+                allowed=PARQUET_COMPRESSIONS,
+            )
+
+    def table(self, batch: SinkBatch) -> pa.Table:
+        values = batch.values()
+        columns = {"_timestamp": batch.timestamps_ms(), "_key": batch.keys()}
+        for name in values.column_names:
+            if name in columns:
+                raise RecordError(f"value column {name!r} clashes with a Quix column", column=name)
+            columns[name] = values.column(name)
+        return pa.table(columns)
+
+    def serialize(self, batch: SinkBatch) -> bytes:
+        out = pa.BufferOutputStream()
+        pq.write_table(self.table(batch), out, compression=self.compression)
+        return bytes(out.getvalue().to_pybytes())
+
+
+# ----------------------------------------------------------------------------- CSV
+
+
+@dataclass(frozen=True)
+class CSVFormat(Format):
+    """CSV with Quix CSVSink's columns ``key, value, timestamp, topic, partition, offset``.
+
+    Args:
+        dialect: ``excel`` (``,`` and CRLF, the default), ``excel-tab`` or ``unix``
+            (LF, every value quoted).
+        key_serializer: ``key -> str`` replacing the default (UTF-8 text of the key).
+        value_serializer: ``dict -> str`` replacing the default (vectorised JSON).
+    """
+
+    dialect: str = "excel"
+    key_serializer: Callable[[Any], str] | None = field(default=None, compare=False)
+    value_serializer: Callable[[Any], str] | None = field(default=None, compare=False)
+    file_extension: str = ".csv"
+    appendable: bool = True
+
+    COLUMNS = ("key", "value", "timestamp", "topic", "partition", "offset")
+
+    def __post_init__(self) -> None:
+        if self.dialect not in CSV_DIALECTS:
+            raise InvalidFormatError(
+                f"unknown CSV dialect {self.dialect!r}; expected {format_allowed(CSV_DIALECTS)}",
+                option="dialect",
+                value=self.dialect,
+                allowed=CSV_DIALECTS,
+            )
+
+    def _python_dialect(self) -> type[csv.Dialect]:
+        return {"excel": csv.excel, "excel-tab": csv.excel_tab, "unix": csv.unix_dialect}[
+            self.dialect
+        ]
+
+    def header(self) -> bytes:
+        buffer = io.StringIO()
+        csv.writer(buffer, dialect=self._python_dialect()).writerow(self.COLUMNS)
+        return buffer.getvalue().encode("utf-8")
+
+    def table(self, batch: SinkBatch) -> pa.Table:
+        records = batch.records
+        n = batch.num_rows
+        if self.key_serializer is not None or self.value_serializer is not None:
+            keys, values = self._custom_columns(batch)
+        else:
+            raw_keys = batch.keys()
+            is_binary = pa.types.is_binary(raw_keys.type) or pa.types.is_large_binary(raw_keys.type)
+            keys = decode_utf8(raw_keys) if is_binary else pc.cast(raw_keys, pa.string())
+            values = json_objects(batch.values())
+
+        def meta(name: str | None, kind: pa.DataType) -> pa.Array:
+            return batch.column(name) if name else pa.nulls(n, kind)
+
+        return pa.table(
+            {
+                "key": keys,
+                "value": values,
+                "timestamp": batch.timestamps_ms(),
+                "topic": meta(records.topic, pa.string()),
+                "partition": meta(records.partition, pa.int32()),
+                "offset": meta(records.offset, pa.int64()),
+            }
+        )
+
+    def _custom_columns(self, batch: SinkBatch) -> tuple[pa.Array, pa.Array]:
+        keys: list[str | None] = []
+        values: list[str] = []
+        for index, item in enumerate(batch):
+            try:
+                if self.key_serializer is not None:
+                    keys.append(self.key_serializer(item.key))
+                elif isinstance(item.key, bytes):
+                    keys.append(item.key.decode("utf-8", "replace"))
+                else:
+                    keys.append(None if item.key is None else str(item.key))
+                values.append(
+                    self.value_serializer(item.value)
+                    if self.value_serializer is not None
+                    else _dumps_row(item.value)
+                )
+            except Exception as exc:
+                raise RecordError(f"row {index}: serializer failed: {exc}", row=index) from exc
+        return pa.array(keys, pa.string()), pa.array(values, pa.string())
+
+    def serialize(self, batch: SinkBatch) -> bytes:
+        if batch.num_rows == 0:
+            return b""
+        dialect = self._python_dialect()
+        options = pa_csv.WriteOptions(
+            include_header=False,
+            delimiter=dialect.delimiter,
+            eol=dialect.lineterminator,
+            quoting_style="all_valid" if dialect.quoting == csv.QUOTE_ALL else "needed",
+        )
+        out = pa.BufferOutputStream()
+        pa_csv.write_csv(self.table(batch), out, write_options=options)
+        return bytes(out.getvalue().to_pybytes())
+
+
+# ----------------------------------------------------------------------------- resolve
+
+FORMAT_NAMES: tuple[str, ...] = ("json", "parquet", "csv")
+
+
+def resolve_format(name: str | Format, **kwargs: Any) -> Format:
+    """A :class:`Format` by name (``json``, ``parquet``, ``csv``) or passed through.
+
+    Raises:
+        InvalidFormatError: ``name`` is not a known format.
+    """
+    if isinstance(name, Format):
+        return name
+    factories: dict[str, Callable[..., Format]] = {
+        "json": JSONFormat,
+        "parquet": ParquetFormat,
+        "csv": CSVFormat,
+    }
+    factory = factories.get(str(name).lower())
+    if factory is None:
+        raise InvalidFormatError(
+            f"unknown format {name!r}; expected {format_allowed(FORMAT_NAMES)}",
+            option="format",
+            value=name,
+            allowed=FORMAT_NAMES,
+        )
+    return factory(**kwargs)

@@ -1,0 +1,358 @@
+"""Typed options: Spark's string options parsed once into a frozen dataclass.
+
+Each sink declares its options as fields of a frozen dataclass derived from
+:class:`SinkOptions`, with :func:`option` giving the default, a one-line doc and flags
+(secret, environment variable, aliases). That declaration is the single source of
+truth: parsing, the unknown-option message, the redacted repr and the options tables
+in the docs are all derived from it.
+
+Spark hands options over as strings with case-insensitive keys. An option is accepted
+in snake_case (``key_column``, as in Quix Streams), camelCase (``keyColumn``, as in
+Spark) or any other casing: names are compared with case, ``_`` and ``-`` ignored.
+
+Supported field types: ``str``, ``int``, ``float``, ``bool``, ``tuple[str, ...]``
+(comma-separated), ``Literal[...]`` (one of fixed choices), and ``X | None`` of those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar, Union
+
+from .errors import OptionError, format_allowed
+
+__all__ = [
+    "REDACTED",
+    "OptionSpec",
+    "SinkOptions",
+    "load_callable",
+    "normalize_name",
+    "option",
+]
+
+REDACTED = "***"
+
+# Options Spark itself adds to a data source's options; never an error.
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "__path"})
+
+T = TypeVar("T", bound="SinkOptions")
+
+
+def normalize_name(name: str) -> str:
+    """The comparison form of an option name: lower case, without ``_`` and ``-``."""
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def option(
+    default: Any = MISSING,
+    *,
+    doc: str,
+    secret: bool = False,
+    env: str | None = None,
+    aliases: tuple[str, ...] = (),
+    minimum: float | None = None,
+) -> Any:
+    """Declare an option field.
+
+    Args:
+        default: the default value; leave out for a required option.
+        doc: one line for the docs and for error messages.
+        secret: never shown in reprs, logs or errors.
+        env: environment variable read (on the driver) when the option is not given.
+        aliases: other accepted names (e.g. Quix's ``time_setter`` for ``time_key``).
+        minimum: smallest allowed value for a number.
+    """
+    metadata = {"doc": doc, "secret": secret, "env": env, "aliases": aliases, "minimum": minimum}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("use a tuple or None as an option default")
+    return field(default=default, metadata=metadata, repr=not secret)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """What the docs and the error messages know about one option."""
+
+    name: str
+    type_name: str
+    default: Any
+    required: bool
+    doc: str
+    secret: bool
+    env: str | None
+    aliases: tuple[str, ...]
+    choices: tuple[str, ...] | None
+    minimum: float | None = None
+
+    @property
+    def camel_name(self) -> str:
+        head, *rest = self.name.split("_")
+        return head + "".join(part.capitalize() for part in rest)
+
+    def default_text(self) -> str:
+        if self.required:
+            return "required"
+        if self.default is None:
+            return "unset"
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        if isinstance(self.default, tuple):
+            return ",".join(self.default) if self.default else "empty"
+        return str(self.default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkOptions:
+    """Base of every sink's options; subclasses add fields declared with :func:`option`.
+
+    Build one with :meth:`from_options`; the object is frozen, compares by value and
+    pickles cheaply, so it can travel to executors inside a writer.
+    """
+
+    sink_name: ClassVar[str] = "sink"
+
+    @classmethod
+    def from_options(cls: type[T], options: Mapping[str, str]) -> T:
+        """Parse Spark's string options; raise :class:`OptionError` on any problem."""
+        specs = {spec.name: spec for spec in cls.specs()}
+        by_normal: dict[str, str] = {}
+        for spec in specs.values():
+            for name in (spec.name, *spec.aliases):
+                by_normal[normalize_name(name)] = spec.name
+
+        given: dict[str, tuple[str, str]] = {}
+        for raw_key, raw_value in options.items():
+            normal = normalize_name(raw_key)
+            if normal in _SPARK_OPTIONS:
+                continue
+            canonical = by_normal.get(normal)
+            if canonical is None:
+                raise cls._unknown(raw_key, specs)
+            if canonical in given and given[canonical][0] != raw_key:
+                first = given[canonical][0]
+                raise OptionError(
+                    f"option {canonical!r} is given twice (as {first!r} and {raw_key!r})",
+                    option=canonical,
+                )
+            given[canonical] = (raw_key, raw_value)
+
+        values: dict[str, Any] = {}
+        for name, spec in specs.items():
+            if name in given:
+                values[name] = _parse(spec, given[name][1], cls._hints()[name])
+            elif spec.env and os.environ.get(spec.env):
+                values[name] = _parse(spec, os.environ[spec.env], cls._hints()[name])
+            elif spec.required:
+                hint = f" (or set the environment variable {spec.env})" if spec.env else ""
+                raise OptionError(
+                    f"{cls.sink_name}: option {name!r} is required: {spec.doc}{hint}",
+                    option=name,
+                )
+        instance = cls(**values)
+        instance.validate()
+        return instance
+
+    def validate(self) -> None:
+        """Check relations between options; subclasses override and raise OptionError."""
+
+    @classmethod
+    def specs(cls) -> list[OptionSpec]:
+        """Every option of this class, in declaration order."""
+        hints = cls._hints()
+        result = []
+        for f in dataclasses.fields(cls):
+            if "doc" not in f.metadata:
+                continue
+            hint = hints[f.name]
+            result.append(
+                OptionSpec(
+                    name=f.name,
+                    type_name=_type_name(hint),
+                    default=None if f.default is MISSING else f.default,
+                    required=f.default is MISSING and f.default_factory is MISSING,
+                    doc=f.metadata["doc"],
+                    secret=f.metadata["secret"],
+                    env=f.metadata["env"],
+                    aliases=f.metadata["aliases"],
+                    choices=_choices(hint),
+                    minimum=f.metadata["minimum"],
+                )
+            )
+        return result
+
+    def redacted(self) -> dict[str, Any]:
+        """The options as a dict with every secret replaced by ``***`` (for logs)."""
+        out: dict[str, Any] = {}
+        for spec in self.specs():
+            value = getattr(self, spec.name)
+            out[spec.name] = REDACTED if spec.secret and value is not None else value
+        return out
+
+    def replace(self: T, **changes: Any) -> T:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def _hints(cls) -> dict[str, Any]:
+        cache = cls.__dict__.get("_hints_cache")
+        if cache is None:
+            cache = typing.get_type_hints(cls)
+            type.__setattr__(cls, "_hints_cache", cache)
+        return typing.cast(dict[str, Any], cache)
+
+    @classmethod
+    def _unknown(cls, raw_key: str, specs: Mapping[str, OptionSpec]) -> OptionError:
+        names = sorted(specs)
+        close = difflib.get_close_matches(
+            normalize_name(raw_key), [normalize_name(n) for n in names], n=1, cutoff=0.75
+        )
+        suggestion = ""
+        if close:
+            match = next(n for n in names if normalize_name(n) == close[0])
+            suggestion = f" Did you mean {match!r}?"
+        return OptionError(
+            f"{cls.sink_name}: unknown option {raw_key!r}.{suggestion} "
+            f"Valid options: {', '.join(names)}",
+            option=raw_key,
+            allowed=names,
+        )
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _choices(hint: Any) -> tuple[str, ...] | None:
+    inner, _ = _unwrap_optional(hint)
+    if typing.get_origin(inner) is Literal:
+        return tuple(str(a) for a in typing.get_args(inner))
+    return None
+
+
+def _type_name(hint: Any) -> str:
+    inner, _optional = _unwrap_optional(hint)
+    if typing.get_origin(inner) is Literal:
+        name = "|".join(str(a) for a in typing.get_args(inner))
+    elif typing.get_origin(inner) is tuple:
+        name = "list"
+    else:
+        name = getattr(inner, "__name__", str(inner))
+    return name
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
+    """Turn one option string into its typed value, or raise a precise OptionError."""
+    shown = REDACTED if spec.secret else raw
+    inner, optional = _unwrap_optional(hint)
+    text = str(raw).strip()
+    if optional and text.lower() in ("", "none", "null"):
+        return None
+
+    def bad(expected: str, allowed: Any = None) -> OptionError:
+        return OptionError(
+            f"option {spec.name!r} has value {shown!r}, expected {expected}",
+            option=spec.name,
+            value=shown,
+            allowed=allowed if allowed is not None else expected,
+        )
+
+    if typing.get_origin(inner) is Literal:
+        choices = tuple(str(a) for a in typing.get_args(inner))
+        for choice in choices:
+            if text.lower() == choice.lower():
+                return choice
+        raise bad(f"one of {format_allowed(choices)}", choices)
+    if inner is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise bad("true or false")
+    if inner is int:
+        try:
+            number: int | float = int(text)
+        except ValueError:
+            raise bad("an integer") from None
+        _check_minimum(spec, number, shown)
+        return number
+    if inner is float:
+        try:
+            number = float(text)
+        except ValueError:
+            raise bad("a number") from None
+        if number != number:  # NaN
+            raise bad("a number")
+        _check_minimum(spec, number, shown)
+        return number
+    if typing.get_origin(inner) is tuple:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    if inner is str:
+        if not text and not optional and not spec.secret:
+            raise bad("a non-empty string")
+        return str(raw)
+    raise TypeError(f"unsupported option type {hint!r} for {spec.name!r}")
+
+
+def _check_minimum(spec: OptionSpec, number: float, shown: str) -> None:
+    minimum = spec.minimum
+    if minimum is not None and number < minimum:
+        raise OptionError(
+            f"option {spec.name!r} has value {shown!r}, expected a number >= {minimum:g}",
+            option=spec.name,
+            value=shown,
+            allowed=f">= {minimum:g}",
+        )
+
+
+def load_callable(path: str, *, option_name: str) -> Callable[..., Any]:
+    """Import ``"package.module:function"`` and return the callable.
+
+    Raises:
+        OptionError: the path is malformed, cannot be imported, or is not callable.
+    """
+    import importlib
+
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise OptionError(
+            f"option {option_name!r} has value {path!r}, expected an import path "
+            "'package.module:function'",
+            option=option_name,
+            value=path,
+        )
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise OptionError(
+            f"option {option_name!r}: cannot import {path!r}: {exc}",
+            option=option_name,
+            value=path,
+        ) from exc
+    if not callable(target):
+        raise OptionError(
+            f"option {option_name!r}: {path!r} is not callable", option=option_name, value=path
+        )
+    return typing.cast(Callable[..., Any], target)
+
+
+def iter_secret_values(options: SinkOptions) -> Iterator[str]:
+    """Every non-empty secret value of an options object (to scrub from messages)."""
+    for spec in options.specs():
+        value = getattr(options, spec.name)
+        if spec.secret and value:
+            yield str(value)

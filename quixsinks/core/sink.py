@@ -1,0 +1,259 @@
+"""The sink contract, the receipt a task returns, and the public BatchingSink base.
+
+A sink is one class with three parts, in this order:
+
+* **options**: a frozen :class:`CommonOptions` subclass (``options_class``);
+* **executor**: ``setup()`` once per task, ``write(batch)`` for each
+  :class:`~quixsinks.core.batch.SinkBatch` of the task's partition (returning a small,
+  picklable item, e.g. a staged file, or None), ``close()`` at the end of the task;
+* **driver**: ``prepare(schema)`` while Spark plans the write (validation, cheap
+  checks), then ``commit(context, receipts)`` once every task has succeeded, or
+  ``abort(context, receipts)`` when one failed.
+
+The Spark glue (``quixsinks.spark``) drives this contract; a sink never imports
+pyspark. Everything set on the sink in ``__init__`` and ``prepare`` travels to the
+executors by pickle, so clients are created lazily and listed in ``_transient`` to be
+dropped from the pickle.
+
+To write a custom sink, subclass :class:`BatchingSink`, implement ``write`` and
+register ``MySink.data_source()`` with Spark (see docs/custom-sinks.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+import pyarrow as pa
+
+from .backpressure import RetryPolicy
+from .batch import SinkBatch
+from .errors import OptionError
+from .options import SinkOptions, option
+from .records import AUTO, RecordSchema, ValueFormat
+
+__all__ = [
+    "BatchingSink",
+    "CommitContext",
+    "CommonOptions",
+    "Guarantee",
+    "Receipt",
+    "Sink",
+    "staged_in_order",
+]
+
+Guarantee = Literal["exactly-once", "effectively exactly-once", "at-least-once"]
+StagedT = TypeVar("StagedT")
+OptionsT = TypeVar("OptionsT", bound="CommonOptions")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommonOptions(SinkOptions):
+    """Options every sink accepts."""
+
+    sink_id: str | None = option(
+        None,
+        doc="Stable id of this writer in the destination's ledger; default: the streaming "
+        "query id (stable across restarts from a checkpoint)",
+    )
+    key_column: str = option(
+        AUTO, doc="Column holding the record key; auto: `key` if present; none: no key"
+    )
+    timestamp_column: str = option(
+        AUTO,
+        doc="Column holding the record time (timestamp or "
+        "integer ms); auto: `timestamp` if present; none: no time",
+    )
+    value_columns: tuple[str, ...] = option(
+        (), doc="Comma-separated value columns; default: every other column"
+    )
+    value_format: ValueFormat = option(
+        "auto",
+        doc="auto: parse a Kafka `value` column as JSON; json: parse the single value "
+        "column as JSON objects; columns: write the value columns as they are",
+    )
+    max_batch_bytes: int = option(
+        64 * 1024 * 1024,
+        minimum=1,
+        doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes",
+    )
+    retry_max_attempts: int = option(5, minimum=1, doc="Attempts per write on a retryable error")
+    retry_backoff_seconds: float = option(0.5, minimum=0, doc="First backoff pause")
+    retry_max_backoff_seconds: float = option(30.0, minimum=0, doc="Longest backoff pause")
+    retry_deadline_seconds: float = option(
+        300.0, minimum=0, doc="No retry starts this many seconds after the first attempt"
+    )
+
+    def validate(self) -> None:
+        if self.sink_id is not None:
+            from .publish import check_sink_id
+
+            try:
+                check_sink_id(self.sink_id)
+            except ValueError as exc:
+                raise OptionError(str(exc), option="sink_id", value=self.sink_id) from None
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=self.retry_max_attempts,
+            initial_backoff=self.retry_backoff_seconds,
+            max_backoff=self.retry_max_backoff_seconds,
+            deadline=self.retry_deadline_seconds,
+        )
+
+    def record_schema(self, schema: pa.Schema) -> RecordSchema:
+        return RecordSchema.resolve(
+            schema,
+            key_column=self.key_column,
+            timestamp_column=self.timestamp_column,
+            value_columns=self.value_columns,
+            value_format=self.value_format,
+        )
+
+
+@dataclass(frozen=True)
+class CommitContext:
+    """What the driver knows when it commits or aborts a micro-batch.
+
+    Attributes:
+        sink_id: the writer's stable id (see ``WriteContext.sink_id``).
+        batch_id: the micro-batch id (0 for a batch write).
+        streaming: True in Structured Streaming (a batch write is never replayed).
+    """
+
+    sink_id: str
+    batch_id: int
+    streaming: bool
+
+
+@dataclass
+class Receipt(Generic[StagedT]):
+    """What one task reports to the driver: small and picklable.
+
+    Attributes:
+        sink_id, batch_id, partition_id, attempt_id: where it comes from.
+        rows, nbytes: rows and Arrow bytes the task handed to the sink.
+        seconds: time spent in the sink's write calls.
+        retries: retries the RetryPolicy made.
+        staged: what each ``write`` returned (None results are left out).
+        counters: the sink's own counts (``SinkBatch.count``).
+    """
+
+    sink_id: str
+    batch_id: int
+    partition_id: int
+    attempt_id: str
+    rows: int = 0
+    nbytes: int = 0
+    seconds: float = 0.0
+    retries: int = 0
+    staged: list[StagedT] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+def staged_in_order(receipts: list[Receipt[StagedT]]) -> list[StagedT]:
+    """Every task's staged items, in partition order (the DataFrame's order)."""
+    ordered = sorted(receipts, key=lambda r: r.partition_id)
+    return [staged for receipt in ordered for staged in receipt.staged]
+
+
+class Sink(ABC, Generic[OptionsT, StagedT]):
+    """Base of every sink. See the module docstring for the contract."""
+
+    #: the Spark format name, e.g. ``"file"``
+    name: ClassVar[str]
+    #: the options dataclass
+    options_class: ClassVar[type[CommonOptions]] = CommonOptions
+    #: the delivery guarantee this sink gives (see docs/index.md)
+    guarantee: ClassVar[Guarantee] = "at-least-once"
+    #: the pip extra its client needs, or None
+    extra: ClassVar[str | None] = None
+    #: whether overwrite (save mode / complete output mode) is supported
+    supports_overwrite: ClassVar[bool] = False
+    #: attribute names holding clients: dropped from the pickle, recreated on first use
+    _transient: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: OptionsT, *, overwrite: bool = False) -> None:
+        self.options = options
+        self.overwrite = overwrite
+        self.records: RecordSchema | None = None
+        self.logger = logging.getLogger(f"quixsinks.sinks.{self.name}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in self._transient:
+            state[name] = None
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options!r})"
+
+    @classmethod
+    def check_dependencies(cls) -> None:
+        """Raise MissingDependencyError when the sink's client library is missing."""
+
+    # ------------------------------------------------------------------ driver: planning
+
+    def prepare(self, schema: pa.Schema) -> None:
+        """Validate options against the DataFrame's schema (driver, before any task).
+
+        Runs each time Spark plans a micro-batch: keep it free of I/O. Subclasses extend
+        it and call super(). Raise OptionError for a problem the user must fix.
+        """
+        self.records = self.options.record_schema(schema)
+
+    def preflight(self) -> None:
+        """Check the destination once per driver process (I/O allowed), e.g. writable."""
+
+    # ------------------------------------------------------------------ executor
+
+    def setup(self) -> None:
+        """Create clients for a task. Called once per task before the first write."""
+
+    @abstractmethod
+    def write(self, batch: SinkBatch) -> StagedT | None:
+        """Write (or stage) one SinkBatch; return something for the driver, or None.
+
+        Raise :class:`~quixsinks.core.errors.SinkBackpressureError` to have the write
+        retried after ``retry_after`` seconds.
+        """
+
+    def close(self) -> None:
+        """Release what ``setup``/``write`` opened. Called at the end of every task."""
+
+    # ------------------------------------------------------------------ driver: commit
+
+    def commit(self, context: CommitContext, receipts: list[Receipt[StagedT]]) -> None:
+        """Finish a micro-batch once every task succeeded (driver)."""
+
+    def abort(self, context: CommitContext, receipts: list[Receipt[StagedT]]) -> None:
+        """Clean up after a failed micro-batch (driver); must not undo a landed commit."""
+
+    @classmethod
+    def data_source(cls) -> type[Any]:
+        """A PySpark DataSource class for this sink, for ``spark.dataSource.register``."""
+        from quixsinks.spark.datasource import data_source_for
+
+        return data_source_for(cls)
+
+
+class BatchingSink(Sink[OptionsT, None]):
+    """Base class for your own sink, as in Quix Streams: implement :meth:`write`.
+
+    ``write(batch)`` gets each :class:`~quixsinks.core.batch.SinkBatch` of a task;
+    iterate it for :class:`~quixsinks.core.batch.SinkItem` rows, or use its Arrow
+    views. Raise ``SinkBackpressureError(retry_after)`` to be called again with the
+    same batch later. Delivery is at-least-once: a retried task or a replayed
+    micro-batch calls ``write`` again with the same rows.
+
+    Set ``name`` (the Spark format name) and, for your own options, ``options_class``
+    (a frozen ``CommonOptions`` subclass whose fields are declared with ``option``).
+    """
+
+    name: ClassVar[str] = "batching"
+
+    @abstractmethod
+    def write(self, batch: SinkBatch) -> None:
+        """Write one batch to the destination."""

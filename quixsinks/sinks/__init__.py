@@ -1,0 +1,1 @@
+"""One module per destination: its options, its executor write, its driver commit."""

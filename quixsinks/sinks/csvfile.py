@@ -1,0 +1,179 @@
+"""``csvfile``: every record appended to one CSV file, exactly once (Quix CSVSink).
+
+The file has Quix CSVSink's columns ``key, value, timestamp, topic, partition, offset``
+(value as JSON by default) and its header once, when the file is new. Tasks stage
+their rows in ``.<file name>.quixsinks/`` beside the file; the driver appends them in
+``commit`` and records each micro-batch with the file's length in a ledger there. A
+batch already in the ledger is skipped; a half-finished append is truncated back
+before anything else is appended. One file takes one writer at a time; concurrent
+commits are serialised by a lock on the ledger.
+
+``csvfile`` because Spark owns the name ``csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.destinations import LocalDestination
+from quixsinks.core.errors import (
+    DestinationAccessDeniedError,
+    DestinationError,
+    DestinationNotFoundError,
+    OptionError,
+    format_allowed,
+)
+from quixsinks.core.formats import CSVFormat
+from quixsinks.core.options import load_callable, option
+from quixsinks.core.publish import AppendPublisher, StagedFile, StagingArea
+from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink, staged_in_order
+from quixsinks.spark.datasource import QuixDataSource
+
+__all__ = ["CSVFileDataSource", "CSVFileOptions", "CSVFileSink"]
+
+KEY_SERIALIZERS = ("str", "json")
+VALUE_SERIALIZERS = ("json",)
+
+
+def _key_as_json(key: Any) -> str:
+    if isinstance(key, bytes):
+        key = key.decode("utf-8", "replace")
+    return json.dumps(key, ensure_ascii=False, default=str)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CSVFileOptions(CommonOptions):
+    sink_name: ClassVar[str] = "csvfile"
+
+    path: str = option(doc="The CSV file (its directory must exist)")
+    dialect: Literal["excel", "excel-tab", "unix"] = option("excel", doc="CSV dialect")
+    key_serializer: str = option(
+        "str", doc="str (UTF-8 text of the key), json, or an import path 'module:function'"
+    )
+    value_serializer: str = option(
+        "json", doc="json (the value columns as a JSON object) or an import path 'module:function'"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        for name, builtins in (
+            ("key_serializer", KEY_SERIALIZERS),
+            ("value_serializer", VALUE_SERIALIZERS),
+        ):
+            value = getattr(self, name)
+            if value not in builtins and ":" not in value:
+                raise OptionError(
+                    f"option {name!r} has value {value!r}, expected {format_allowed(builtins)} "
+                    "or an import path 'module:function'",
+                    option=name,
+                    value=value,
+                    allowed=builtins,
+                )
+
+    def key_function(self) -> Callable[[Any], str] | None:
+        if self.key_serializer == "str":
+            return None
+        if self.key_serializer == "json":
+            return _key_as_json
+        return load_callable(self.key_serializer, option_name="key_serializer")
+
+    def value_function(self) -> Callable[[Any], str] | None:
+        if self.value_serializer in VALUE_SERIALIZERS:
+            return None
+        return load_callable(self.value_serializer, option_name="value_serializer")
+
+
+class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
+    """Appends records to one CSV file; exactly-once. See docs/sinks/csvfile.md."""
+
+    name: ClassVar[str] = "csvfile"
+    options_class = CSVFileOptions
+    guarantee = "exactly-once"
+
+    def prepare(self, schema: pa.Schema) -> None:
+        super().prepare(schema)
+        self.options.key_function()
+        self.options.value_function()
+
+    def preflight(self) -> None:
+        path = os.path.abspath(self.options.path)
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            raise DestinationNotFoundError(
+                f"{path}: the directory {folder} does not exist; create it first", location=path
+            )
+        if os.path.isdir(path):
+            raise DestinationError(
+                f"{path} is a directory; 'path' names the CSV file", location=path
+            )
+        writable = (
+            os.access(path, os.W_OK)
+            if os.path.exists(path)
+            else os.access(folder, os.W_OK | os.X_OK)
+        )
+        if not writable:
+            raise DestinationAccessDeniedError(
+                f"{path}: this user may not write here", location=path
+            )
+
+    # ------------------------------------------------------------------ shared
+
+    def _paths(self) -> tuple[StagingArea, str]:
+        path = os.path.abspath(self.options.path)
+        folder, file_name = os.path.split(path)
+        return StagingArea(LocalDestination(folder), f".{file_name}.quixsinks"), file_name
+
+    def file_format(self) -> CSVFormat:
+        return CSVFormat(
+            dialect=self.options.dialect,
+            key_serializer=self.options.key_function(),
+            value_serializer=self.options.value_function(),
+        )
+
+    def _appender(self) -> AppendPublisher:
+        staging, file_name = self._paths()
+        return AppendPublisher(staging, file_name, f"{staging.state_prefix}/ledger.jsonl")
+
+    # ------------------------------------------------------------------ executor
+
+    def write(self, batch: SinkBatch) -> StagedFile:
+        staging, file_name = self._paths()
+        piece = batch.counters.get("pieces", 0)
+        batch.count("pieces")
+        return staging.stage(
+            batch.context,
+            f"{batch.partition_id:05d}-{piece:04d}.csv",
+            self.file_format().serialize(batch),
+            final_key=file_name,
+            rows=batch.num_rows,
+        )
+
+    # ------------------------------------------------------------------ driver
+
+    def commit(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:
+        files = staged_in_order(receipts)
+        if files:
+            self._appender().publish(
+                context.sink_id, context.batch_id, files, header=self.file_format().header()
+            )
+
+    def abort(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:
+        self._appender().abort(context.sink_id, context.batch_id, staged_in_order(receipts))
+
+
+class CSVFileDataSource(QuixDataSource):
+    """``df.write.format("csvfile")`` / ``df.writeStream.format("csvfile")``.
+
+    Options: ``path`` (required), ``dialect``, ``key_serializer``, ``value_serializer``
+    and the common options; see docs/sinks/csvfile.md. Save mode append; streaming
+    output mode append. Guarantee: exactly-once.
+    """
+
+    sink_class = CSVFileSink

@@ -1,0 +1,296 @@
+"""The generic PySpark DataSource that turns any quixsinks Sink into a Spark sink.
+
+``QuixDataSource`` (one subclass per sink, setting ``sink_class``) parses the options
+and plans the write on the driver, before any task runs. Its Arrow writers run on the
+executors: each task wraps Spark's Arrow record batches in SinkBatches of bounded size,
+calls ``sink.write`` under the sink's RetryPolicy and returns a :class:`ReceiptMessage`.
+On the driver, ``commit`` hands the receipts to ``sink.commit`` and logs one INFO line
+per micro-batch.
+
+Facts of the Spark API honoured here (DESIGN.md): the DataSource and its stream writer
+are built several times per micro-batch and the committing writer is a new object, so
+nothing here does I/O except the once-per-process preflight; the micro-batch id and
+query id are read from the task's local properties and travel in receipts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from quixsinks.core.backpressure import RetryStats
+from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.errors import OptionError
+from quixsinks.core.sink import CommitContext, Receipt, Sink
+
+__all__ = ["QuixDataSource", "ReceiptMessage", "data_source_for"]
+
+logger = logging.getLogger("quixsinks.commit")
+
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+# (sink class, options, overwrite) already checked by Sink.preflight in this process.
+_PREFLIGHT_DONE: set[tuple[Any, ...]] = set()
+
+
+@dataclass
+class ReceiptMessage(WriterCommitMessage):
+    """The WriterCommitMessage carrying a task's :class:`Receipt`."""
+
+    receipt: Receipt[Any]
+
+
+def _ensure_logging() -> None:
+    """Give the ``quixsinks`` logger a stderr handler in Spark's Python workers.
+
+    Spark plans and commits Python data sources in worker processes whose logging the
+    user cannot configure; without this the per-batch INFO line would be lost. The
+    level is ``QUIXSINKS_LOG_LEVEL`` (default INFO). A process that configured logging
+    itself (a handler on the root or the quixsinks logger) is left alone.
+    """
+    package_logger = logging.getLogger("quixsinks")
+    if package_logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package_logger.addHandler(handler)
+    package_logger.setLevel(os.environ.get("QUIXSINKS_LOG_LEVEL", "INFO").upper())
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class QuixDataSource(DataSource):
+    """A Spark data source (write side) driving one quixsinks :class:`Sink`."""
+
+    sink_class: ClassVar[type[Sink[Any, Any]]]
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.sink_class.name
+
+    def writer(self, schema: StructType, overwrite: bool) -> SinkArrowWriter:
+        return SinkArrowWriter(self._plan(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamArrowWriter:
+        return SinkStreamArrowWriter(self._plan(schema, overwrite))
+
+    def _plan(self, schema: StructType, overwrite: bool) -> Sink[Any, Any]:
+        cls = self.sink_class
+        cls.check_dependencies()
+        options = cls.options_class.from_options(self.options)
+        if overwrite and not cls.supports_overwrite:
+            raise OptionError(
+                f"{cls.name}: overwrite is not supported (save mode 'overwrite' or output mode "
+                "'complete'); use mode 'append'",
+                option="mode",
+                value="overwrite",
+                allowed=("append",),
+            )
+        sink = cls(options, overwrite=overwrite)
+        sink.prepare(_arrow_schema(schema))
+        key = (cls, options, overwrite)
+        if key not in _PREFLIGHT_DONE:
+            sink.preflight()
+            _PREFLIGHT_DONE.add(key)
+        return sink
+
+
+def data_source_for(sink_class: type[Sink[Any, Any]]) -> type[QuixDataSource]:
+    """Make the DataSource class of a sink (for custom sinks; ours are declared)."""
+    return type(
+        f"{sink_class.__name__}DataSource",
+        (QuixDataSource,),
+        {
+            "sink_class": sink_class,
+            "__module__": sink_class.__module__,
+            "__doc__": sink_class.__doc__,
+        },
+    )
+
+
+class _SinkWriter:
+    """The task and commit logic shared by the batch and the streaming writer."""
+
+    streaming: ClassVar[bool] = False
+
+    def __init__(self, sink: Sink[Any, Any]) -> None:
+        self.sink = sink
+        # A batch write plans once, so this id is the same on executors and driver.
+        self.write_id = uuid.uuid4().hex
+
+    # ---------------------------------------------------------------- executor side
+
+    def _context(self) -> WriteContext:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        partition = task.partitionId() if task else 0
+        attempt = f"{partition:05d}-{task.attemptNumber() if task else 0}-{uuid.uuid4().hex[:12]}"
+        if self.streaming:
+            batch_text = task.getLocalProperty(_BATCH_ID_PROPERTY) if task else None
+            if batch_text is None:
+                raise RuntimeError(
+                    f"Spark did not set {_BATCH_ID_PROPERTY!r} for a streaming task; "
+                    "this Spark version is not supported (quixsinks needs 4.1 or newer)"
+                )
+            batch_id = int(batch_text)
+            query_id = task.getLocalProperty(_QUERY_ID_PROPERTY) if task else None
+            sink_id = self.sink.options.sink_id or query_id or self.write_id
+        else:
+            batch_id = 0
+            sink_id = self._batch_sink_id()
+        return WriteContext(sink_id, batch_id, partition, attempt, self.streaming)
+
+    def _batch_sink_id(self) -> str:
+        return f"write-{self.write_id}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
+        _ensure_logging()
+        sink = self.sink
+        context = self._context()
+        receipt: Receipt[Any] = Receipt(
+            context.sink_id, context.batch_id, context.partition_id, context.attempt_id
+        )
+        policy = sink.options.retry_policy()
+        stats = RetryStats()
+        assert sink.records is not None, "prepare() runs on the driver before any task"
+        sink.setup()
+        try:
+            for table in _bounded_tables(iterator, sink.options.max_batch_bytes):
+                batch = SinkBatch(table, sink.records, context, receipt.counters)
+                started = time.perf_counter()
+                staged = policy.call(
+                    lambda b=batch: sink.write(b), stats=stats, what=f"{sink.name} write"
+                )
+                receipt.seconds += time.perf_counter() - started
+                receipt.rows += batch.num_rows
+                receipt.nbytes += batch.nbytes
+                if staged is not None:
+                    receipt.staged.append(staged)
+        finally:
+            sink.close()
+        receipt.retries = stats.retries
+        return ReceiptMessage(receipt)
+
+    # ---------------------------------------------------------------- driver side
+
+    def _commit_context(self, receipts: list[Receipt[Any]], batch_id: int) -> CommitContext:
+        if not self.streaming:
+            return CommitContext(self._batch_sink_id(), 0, False)
+        sink_id = receipts[0].sink_id if receipts else self.sink.options.sink_id
+        if sink_id is None:
+            sink_id = _driver_query_id() or f"query-{self.write_id}"
+        return CommitContext(sink_id, batch_id, True)
+
+    def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+        _ensure_logging()
+        receipts = _receipts(messages)
+        context = self._commit_context(receipts, batch_id)
+        started = time.perf_counter()
+        self.sink.commit(context, receipts)
+        logger.info(
+            "%s: committed batch %d of %s: %d rows, %d bytes, %d partitions, %.3f s writing, "
+            "%.3f s committing, %d retries%s",
+            self.sink.name,
+            context.batch_id,
+            context.sink_id,
+            sum(r.rows for r in receipts),
+            sum(r.nbytes for r in receipts),
+            len(receipts),
+            sum(r.seconds for r in receipts),
+            time.perf_counter() - started,
+            sum(r.retries for r in receipts),
+            _counters_text(receipts),
+        )
+
+    def _abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+        _ensure_logging()
+        receipts = _receipts(messages)
+        context = self._commit_context(receipts, batch_id)
+        logger.warning(
+            "%s: aborting batch %d of %s (%d task receipts)",
+            self.sink.name,
+            context.batch_id,
+            context.sink_id,
+            len(receipts),
+        )
+        self.sink.abort(context, receipts)
+
+
+def _driver_query_id() -> str | None:
+    try:
+        from pyspark import SparkContext
+
+        active = SparkContext._active_spark_context
+        return active.getLocalProperty(_QUERY_ID_PROPERTY) if active else None
+    except Exception:
+        return None
+
+
+def _receipts(messages: list[WriterCommitMessage | None]) -> list[Receipt[Any]]:
+    return [m.receipt for m in messages if isinstance(m, ReceiptMessage)]
+
+
+def _counters_text(receipts: list[Receipt[Any]]) -> str:
+    totals: dict[str, int] = {}
+    for receipt in receipts:
+        for name, value in receipt.counters.items():
+            totals[name] = totals.get(name, 0) + value
+    return "".join(f", {value} {name}" for name, value in sorted(totals.items()))
+
+
+def _bounded_tables(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.Table]:
+    """Group Spark's record batches into tables of about ``max_bytes`` (at least one batch)."""
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        size += batch.nbytes
+        if size >= max_bytes:
+            yield pa.Table.from_batches(pending)
+            pending, size = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+class SinkArrowWriter(_SinkWriter, DataSourceArrowWriter):
+    """Batch (``df.write``) writer."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._commit(messages, 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(messages, 0)
+
+
+class SinkStreamArrowWriter(_SinkWriter, DataSourceStreamArrowWriter):
+    """Structured Streaming (``df.writeStream``) writer: one commit per micro-batch."""
+
+    streaming: ClassVar[bool] = True
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._commit(messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._abort(messages, batchId)

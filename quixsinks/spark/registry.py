@@ -1,0 +1,85 @@
+"""Register quixsinks' data sources with a SparkSession.
+
+``quixsinks.register(spark)`` registers every built-in sink whose optional extra is
+installed and returns their names; :func:`available_sinks` says which sinks can be
+used here and, for the others, which extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from quixsinks.core.errors import MissingDependencyError, QuixSinksError
+from quixsinks.core.sink import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from .datasource import QuixDataSource
+
+__all__ = ["BUILTIN_SINKS", "available_sinks", "load_data_source", "register"]
+
+logger = logging.getLogger("quixsinks.registry")
+
+#: format name -> "module:DataSource class" of every built-in sink
+BUILTIN_SINKS: dict[str, str] = {
+    "csvfile": "quixsinks.sinks.csvfile:CSVFileDataSource",
+    "file": "quixsinks.sinks.file:FileDataSource",
+}
+
+
+def load_data_source(name: str) -> type[QuixDataSource]:
+    """The DataSource class of a built-in sink; MissingDependencyError if its extra is absent."""
+    try:
+        target = BUILTIN_SINKS[name]
+    except KeyError:
+        raise QuixSinksError(
+            f"no built-in sink {name!r}; built-in sinks: {', '.join(sorted(BUILTIN_SINKS))}"
+        ) from None
+    module_name, _, attr = target.partition(":")
+    data_source: type[QuixDataSource] = getattr(importlib.import_module(module_name), attr)
+    data_source.sink_class.check_dependencies()
+    return data_source
+
+
+def available_sinks() -> dict[str, str | None]:
+    """Every built-in sink's name -> None if usable, else why not (the extra to install)."""
+    status: dict[str, str | None] = {}
+    for name in sorted(BUILTIN_SINKS):
+        try:
+            load_data_source(name)
+            status[name] = None
+        except MissingDependencyError as exc:
+            status[name] = exc.message
+    return status
+
+
+def register(spark: SparkSession, *custom: Any) -> list[str]:
+    """Register the built-in sinks whose extras are installed, plus ``custom`` ones.
+
+    Args:
+        spark: the session.
+        custom: your own Sink subclasses (e.g. BatchingSink subclasses) or DataSource
+            classes, registered under their ``name``.
+
+    Returns:
+        The registered format names.
+    """
+    registered = []
+    for name in sorted(BUILTIN_SINKS):
+        try:
+            data_source: Any = load_data_source(name)
+        except MissingDependencyError as exc:
+            logger.info("sink %s not registered: %s", name, exc.message)
+            continue
+        spark.dataSource.register(data_source)
+        registered.append(name)
+    for item in custom:
+        data_source = (
+            item.data_source() if isinstance(item, type) and issubclass(item, Sink) else item
+        )
+        spark.dataSource.register(data_source)
+        registered.append(data_source.name())
+    return registered

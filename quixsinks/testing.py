@@ -1,0 +1,98 @@
+"""Failure injection for testing a sink's delivery guarantee.
+
+``faulty(SinkClass)`` returns a subclass registered under ``faulty_<name>`` whose extra
+options make it fail one micro-batch, once, at a chosen point. Production sinks carry
+no such options; a test registers the faulty twin next to the real one::
+
+    spark.dataSource.register(faulty(FileSink).data_source())
+    (df.writeStream.format("faulty_file")
+        .option("fail_batch", 2).option("fail_phase", "commit-after")
+        .option("fail_marker", "/tmp/x/fired")   # fires once: whoever creates it
+        ...)
+
+Phases: ``write`` (the task fails), ``commit-before`` (the driver fails before the
+sink's commit), ``commit-after`` (the commit landed, then the driver fails, so Spark
+aborts and later replays a batch that is already in the destination).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.options import option
+from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink
+
+__all__ = ["InjectedFault", "faulty"]
+
+S = TypeVar("S", bound=Sink[Any, Any])
+
+
+class InjectedFault(RuntimeError):
+    """The failure a faulty sink raises on purpose."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultOptions(CommonOptions):
+    fail_batch: int = option(-1, doc="Micro-batch id to fail (-1: never)")
+    fail_phase: Literal["write", "commit-before", "commit-after"] = option(
+        "write", doc="Where to fail"
+    )
+    fail_marker: str = option("", doc="File created when the fault fires; it fires only once")
+
+
+def _fire_once(marker: str) -> bool:
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return True
+    except FileExistsError:
+        return False
+
+
+def faulty(sink_class: type[S]) -> type[S]:
+    """A subclass of ``sink_class`` named ``faulty_<name>`` with fault options."""
+    options_class: Any = dataclass(frozen=True, kw_only=True)(
+        type(
+            f"Faulty{sink_class.options_class.__name__}",
+            (FaultOptions, sink_class.options_class),
+            {"__module__": __name__},
+        )
+    )
+    options_class.sink_name = f"faulty_{sink_class.name}"
+
+    def should_fail(self: Any, batch_id: int, phase: str) -> bool:
+        opts = self.options
+        return bool(
+            opts.fail_batch == batch_id
+            and opts.fail_phase == phase
+            and opts.fail_marker
+            and _fire_once(opts.fail_marker)
+        )
+
+    def write(self: Any, batch: SinkBatch) -> Any:
+        if should_fail(self, batch.batch_id, "write"):
+            raise InjectedFault(f"injected failure in write of batch {batch.batch_id}")
+        return sink_class.write(self, batch)
+
+    def commit(self: Any, context: CommitContext, receipts: list[Receipt[Any]]) -> None:
+        if should_fail(self, context.batch_id, "commit-before"):
+            raise InjectedFault(f"injected failure before commit of batch {context.batch_id}")
+        sink_class.commit(self, context, receipts)
+        if should_fail(self, context.batch_id, "commit-after"):
+            raise InjectedFault(f"injected failure after commit of batch {context.batch_id}")
+
+    name = f"Faulty{sink_class.__name__}"
+    cls = type(
+        name,
+        (sink_class,),
+        {
+            "name": f"faulty_{sink_class.name}",
+            "options_class": options_class,
+            "write": write,
+            "commit": commit,
+            "__module__": __name__,
+        },
+    )
+    return cls
