@@ -1,0 +1,57 @@
+# quixsinks developer commands. Everything runs in a local virtualenv (.venv) that
+# `make install` creates; Java (for Spark) is installed from Debian when missing.
+
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install java demo test test-unit test-integration bench lint format docs clean
+
+install: java $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "Java not found: installing openjdk-17-jre-headless (Spark needs Java 17+)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }
+
+## Run the demo: a streaming job from an embedded source into the csvfile and file sinks.
+demo: install
+	$(PY) examples/streaming_demo.py
+
+## Run every test (unit and integration, with the servers they need).
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: install
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+## Benchmarks: results in benchmarks/results/*.json and *.md
+bench: install
+	$(PY) benchmarks/bench_foundation.py
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## Regenerate the options tables in docs/sinks/*.md from the code.
+docs: install
+	$(PY) docs/generate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output
