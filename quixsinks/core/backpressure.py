@@ -10,6 +10,7 @@ that says how long it tried. Any other exception is not retried.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import time
@@ -100,11 +101,11 @@ class RetryPolicy:
 
 
 def _give_up(error: RetryableError, attempts: int, elapsed: float) -> RetryableError:
-    """The error raised when retries are exhausted: the original, with the history."""
+    """The error raised when retries are exhausted: the same class, with the history."""
     message = (
         f"{error.message} (gave up after {attempts} attempt(s) in {elapsed:.1f} s; "
         "raise retry_max_attempts or retry_deadline_seconds to wait longer)"
     )
-    if isinstance(error, SinkBackpressureError):
-        return SinkBackpressureError(error.retry_after or 0.0, message)
-    return RetryableError(message, retry_after=error.retry_after)
+    final = copy.copy(error)
+    final.args = (message, *error.args[1:])
+    return final

@@ -145,7 +145,11 @@ class SinkBatch:
         """Rows as :class:`SinkItem` objects (Python objects: use for non-vectorised sinks)."""
         keys = self.keys().to_pylist()
         stamps = self.timestamps_ms().to_pylist()
-        values = self.values().to_pylist() if self.values().num_columns else [{}] * self.num_rows
+        values = (
+            self.values().to_pylist()
+            if self.values().num_columns
+            else [{} for _ in range(self.num_rows)]
+        )
         meta = {
             part: self.column(name).to_pylist() if name else [None] * self.num_rows
             for part, name in (

@@ -206,7 +206,7 @@ class LocalDestination(Destination):
     def delete_prefix(self, prefix: str) -> None:
         path = self.path(prefix)
         if os.path.isdir(path):
-            with _translate(path):
+            with _translate(path), contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(path)
         self._prune_empty(os.path.dirname(path))
 

@@ -151,6 +151,8 @@ def json_column(column: pa.Array) -> pa.Array:
     elif pa.types.is_boolean(t):
         out = pc.cast(column, pa.string())
     elif pa.types.is_timestamp(t):
+        if t.tz:
+            column = pc.cast(column, pa.timestamp(t.unit, "UTC"))
         text = pc.strftime(column, "%Y-%m-%dT%H:%M:%S")
         suffix = "Z" if t.tz else ""
         out = pc.binary_join_element_wise('"', text, suffix + '"', "")
@@ -158,9 +160,26 @@ def json_column(column: pa.Array) -> pa.Array:
         out = pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
     else:
         out = pa.array(
-            [None if v is None else _dumps_row(v) for v in column.to_pylist()], pa.string()
+            [None if v is None else _dumps_row(_plain(v, t)) for v in column.to_pylist()],
+            pa.string(),
         )
     return pc.fill_null(out, "null")
+
+
+def _plain(value: Any, t: pa.DataType) -> Any:
+    """A nested Arrow value as JSON-ready Python: maps (lists of pairs) become dicts."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        return {str(k): _plain(v, t.item_type) for k, v in value}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_plain(v, t.value_type) for v in value]
+    if pa.types.is_struct(t):
+        return {
+            t.field(i).name: _plain(value[t.field(i).name], t.field(i).type)
+            for i in range(t.num_fields)
+        }
+    return value
 
 
 def json_key_column(keys: pa.Array) -> pa.Array:

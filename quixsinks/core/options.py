@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -39,7 +41,7 @@ __all__ = [
 REDACTED = "***"
 
 # Options Spark itself adds to a data source's options; never an error.
-_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "__path"})
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
 T = TypeVar("T", bound="SinkOptions")
 
@@ -198,9 +200,11 @@ class SinkOptions:
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:
+        """Each field's type, evaluated. Works for classes Spark pickled by value too,
+        whose module may not be importable in a worker: names fall back to typing's."""
         cache = cls.__dict__.get("_hints_cache")
         if cache is None:
-            cache = typing.get_type_hints(cls)
+            cache = {f.name: _evaluate(f.type, f, cls) for f in dataclasses.fields(cls)}
             type.__setattr__(cls, "_hints_cache", cache)
         return typing.cast(dict[str, Any], cache)
 
@@ -220,6 +224,18 @@ class SinkOptions:
             option=raw_key,
             allowed=names,
         )
+
+
+def _evaluate(annotation: Any, f: dataclasses.Field[Any], cls: type) -> Any:
+    if not isinstance(annotation, str):
+        return annotation
+    owner = next((k for k in cls.__mro__ if f.name in inspect.get_annotations(k)), cls)
+    module = sys.modules.get(owner.__module__)
+    namespace = {**vars(typing), **(vars(module) if module else {})}
+    try:
+        return eval(annotation, namespace)
+    except NameError as exc:
+        raise TypeError(f"cannot resolve the type {annotation!r} of option {f.name!r}") from exc
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:

@@ -36,15 +36,16 @@ import json
 import logging
 import os
 import re
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .batch import WriteContext
 from .destinations import Destination, LocalDestination
-from .errors import CommitError
+from .errors import CommitError, DestinationNotFoundError
 
-__all__ = ["AppendPublisher", "FilePublisher", "StagedFile", "StagingArea"]
+__all__ = ["AppendPublisher", "FilePublisher", "PublishResult", "StagedFile", "StagingArea"]
 
 logger = logging.getLogger("quixsinks.publish")
 
@@ -85,6 +86,13 @@ class StagingArea:
             f"{self.state_prefix}/ledger/{check_sink_id(sink_id)}/{batch_id:0{_BATCH_DIGITS}d}.json"
         )
 
+    def check(self) -> None:
+        """Prove (on the driver) that the destination and the staging area are writable."""
+        self.destination.check()
+        probe = f"{self.state_prefix}/probe-{uuid.uuid4().hex}"
+        self.destination.write_bytes(probe, b"")
+        self.destination.delete([probe])
+
     def stage(
         self, context: WriteContext, name: str, data: bytes, *, final_key: str, rows: int
     ) -> StagedFile:
@@ -100,20 +108,21 @@ class StagingArea:
     def prune(self, sink_id: str, batch_id: int) -> None:
         """Forget markers older than KEEP_BATCHES and leftovers of earlier batches."""
         ledger = f"{self.state_prefix}/ledger/{check_sink_id(sink_id)}"
-        old = [k for k in self.destination.list(ledger) if _batch_of(k) < batch_id - KEEP_BATCHES]
+        old = [
+            k
+            for k in self.destination.list(ledger)
+            if _batch_of(k, ledger) < batch_id - KEEP_BATCHES
+        ]
         staging = f"{self.state_prefix}/staging/{sink_id}"
-        old += [k for k in self.destination.list(staging) if _batch_of(k) < batch_id]
+        old += [k for k in self.destination.list(staging) if _batch_of(k, staging) < batch_id]
         if old:
             self.destination.delete(old)
 
 
-def _batch_of(key: str) -> int:
-    """The batch id in a ledger or staging key (the 20-digit path component)."""
-    for part in key.split("/"):
-        digits = part.split(".", 1)[0]
-        if len(digits) == _BATCH_DIGITS and digits.isdigit():
-            return int(digits)
-    return -1
+def _batch_of(key: str, prefix: str) -> int:
+    """The batch id of a key below ``prefix`` (its first component: digits[.json])."""
+    first = key[len(prefix) + 1 :].split("/", 1)[0].split(".", 1)[0]
+    return int(first) if first.isdigit() else -1
 
 
 @dataclass(frozen=True)
@@ -166,9 +175,12 @@ class FilePublisher:
         if manifest.get("replace_prefix") is not None:
             self._delete_published(str(manifest["replace_prefix"]), {dst for _, dst in moves})
         for src, dst in moves:
-            if self.destination.exists(src):
+            try:
                 self.destination.move(src, dst)
-            elif not self.destination.exists(dst):
+                continue
+            except DestinationNotFoundError:
+                pass  # moved already: by an earlier attempt, or a concurrent committer
+            if not self.destination.exists(dst):
                 raise CommitError(
                     f"sink {sink_id} batch {batch_id}: staged file {src} is gone and "
                     f"{dst} was never published; the staging folder was deleted by hand?"

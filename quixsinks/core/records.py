@@ -172,6 +172,8 @@ class RecordSchema:
             return pa.nulls(table.num_rows, pa.int64())
         column = table.column(self.timestamp).combine_chunks()
         if pa.types.is_timestamp(column.type):
+            if column.type.unit in ("us", "ns"):  # floor, also before 1970
+                column = pc.floor_temporal(column, unit="millisecond")
             millis = pc.cast(column, pa.timestamp("ms", column.type.tz), safe=False)
             return pc.cast(millis, pa.int64())
         return pc.cast(column, pa.int64())
@@ -192,21 +194,40 @@ def _is_text(t: pa.DataType) -> bool:
     )
 
 
-def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
-    """Parse a column of JSON objects (text or bytes) into a table; null rows give nulls.
+def _empty_rows(n: int) -> pa.Table:
+    """A table of ``n`` rows and no columns (values of rows that carry none)."""
+    return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])
 
-    Fast path: pyarrow's JSON reader over the joined lines. A row that is not a JSON
-    object (or a value with a raw newline) falls back to the exact per-row parser,
-    which names the offending row.
+
+def _has_timestamp(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_timestamp(t.value_type)
+    return False
+
+
+def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
+    """Parse a column of JSON objects (text or bytes) into a table.
+
+    A null row (a Kafka tombstone) or the JSON text ``null`` is a row without values.
+    Fast path: pyarrow's JSON reader over the joined lines, taken only when it cannot
+    misalign rows (no empty or multi-line row) and inferred no timestamp (it would turn
+    date-like strings into timestamps). Otherwise the exact per-row parser runs, which
+    names the offending row.
     """
     if column.null_count == len(column):
-        return pa.table({})
-    lines = pc.fill_null(as_binary(column), b"{}")
-    has_raw_newline = pc.any(pc.match_substring(lines, "\n")).as_py()
-    if not has_raw_newline:
+        return _empty_rows(len(column))
+    lines = pc.fill_null(as_binary(column), b"null")
+    risky = pc.any(pc.match_substring_regex(lines, r"(^\s*$)|\n|(^\s*null\s*$)")).as_py()
+    if not risky:
         try:
             parsed = pa_json.read_json(pa.BufferReader(join_lines(lines)))
-            if parsed.num_rows == len(column):
+            if parsed.num_rows == len(column) and not any(
+                _has_timestamp(f.type) for f in parsed.schema
+            ):
                 return parsed
         except pa.ArrowInvalid:
             pass
@@ -224,6 +245,8 @@ def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
                 column=name,
                 row=index,
             ) from None
+        if value is None:
+            value = {}
         if not isinstance(value, dict):
             raise RecordError(
                 f"row {index}: column {name!r} holds a JSON {type(value).__name__}, expected "
@@ -232,4 +255,13 @@ def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
                 row=index,
             )
         rows.append(value)
-    return pa.Table.from_pylist(rows)
+    if not any(rows):
+        return _empty_rows(len(rows))
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise RecordError(
+            f"column {name!r}: the JSON values do not share one type per field ({exc}); "
+            "make the producer consistent or set value_format=columns",
+            column=name,
+        ) from None

@@ -113,15 +113,11 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
             raise DestinationError(
                 f"{path} is a directory; 'path' names the CSV file", location=path
             )
-        writable = (
-            os.access(path, os.W_OK)
-            if os.path.exists(path)
-            else os.access(folder, os.W_OK | os.X_OK)
-        )
-        if not writable:
+        if os.path.exists(path) and not os.access(path, os.W_OK):
             raise DestinationAccessDeniedError(
-                f"{path}: this user may not write here", location=path
+                f"{path}: this user may not write the file", location=path
             )
+        self._paths()[0].check()
 
     # ------------------------------------------------------------------ shared
 

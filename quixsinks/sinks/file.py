@@ -97,7 +97,7 @@ class FileSink(Sink[FileOptions, StagedFile]):
             load_callable(self.options.dumps, option_name="dumps")
 
     def preflight(self) -> None:
-        self.destination().check()
+        self.staging().check()
 
     # ------------------------------------------------------------------ shared
 

@@ -1,0 +1,150 @@
+"""Specification of the package's shape: what imports what, what is exported, what pickles."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import quixsinks
+import quixsinks.core
+import quixsinks.sinks
+from quixsinks.core.publish import StagedFile
+from quixsinks.core.sink import CommonOptions, Receipt, Sink
+
+CORE_MODULES = sorted(m.name for m in pkgutil.iter_modules(quixsinks.core.__path__))
+SINK_MODULES = sorted(m.name for m in pkgutil.iter_modules(quixsinks.sinks.__path__))
+
+
+def core_module(name: str) -> ModuleType:
+    return importlib.import_module(f"quixsinks.core.{name}")
+
+
+def builtin_sinks() -> dict[str, str]:
+    from quixsinks.spark.registry import BUILTIN_SINKS
+
+    return BUILTIN_SINKS
+
+
+def sink_class(name: str) -> type[Sink[Any, Any]]:
+    module_name, _, attr = builtin_sinks()[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr).sink_class  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------------------- imports
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_importing_quixsinks_does_not_import_pyspark() -> None:
+    result = run_python(
+        "import sys, quixsinks, quixsinks.core\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
+        "assert not loaded, loaded\n"
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_no_core_module_imports_pyspark() -> None:
+    modules = ", ".join(f"quixsinks.core.{name}" for name in CORE_MODULES)
+    result = run_python(f"import sys, {modules}\nassert 'pyspark' not in sys.modules\n")
+    assert result.returncode == 0, result.stderr
+
+
+# ----------------------------------------------------------------------------- exports
+
+
+@pytest.mark.parametrize(
+    "module",
+    [quixsinks, quixsinks.core, *(core_module(name) for name in CORE_MODULES)],
+    ids=lambda m: m.__name__,
+)
+def test_all_names_real_attributes(module: ModuleType) -> None:
+    missing = [name for name in getattr(module, "__all__", ()) if not hasattr(module, name)]
+    assert missing == []
+
+
+def test_all_has_no_duplicates() -> None:
+    assert len(set(quixsinks.__all__)) == len(quixsinks.__all__)
+
+
+def test_quixsinks_exports_everything_core_does() -> None:
+    assert set(quixsinks.core.__all__) <= set(quixsinks.__all__)
+
+
+@pytest.mark.parametrize(
+    "name",
+    CORE_MODULES,
+)
+def test_every_public_class_of_a_core_module_is_exported(name: str) -> None:
+    module = core_module(name)
+    classes = {n for n in getattr(module, "__all__", ()) if inspect.isclass(getattr(module, n))}
+    assert sorted(classes - set(quixsinks.core.__all__)) == []
+
+
+# ----------------------------------------------------------------------------- sinks
+
+
+def test_every_sink_module_is_a_builtin_sink() -> None:
+    registered = {target.split(":")[0] for target in builtin_sinks().values()}
+    assert {f"quixsinks.sinks.{name}" for name in SINK_MODULES} == registered
+
+
+@pytest.mark.parametrize("name", sorted(builtin_sinks()))
+def test_builtin_sink_is_registered_under_its_name(name: str) -> None:
+    assert sink_class(name).name == name
+
+
+@pytest.mark.parametrize("name", sorted(builtin_sinks()))
+def test_builtin_sink_options_derive_from_common_options(name: str) -> None:
+    assert issubclass(sink_class(name).options_class, CommonOptions)
+
+
+def built_sink(name: str, tmp_path: Path) -> Sink[Any, Any]:
+    cls = sink_class(name)
+    path = tmp_path / ("out.csv" if name == "csvfile" else "out")
+    return cls(cls.options_class.from_options({"path": str(path), "sink_id": "s1"}))
+
+
+@pytest.mark.parametrize("name", sorted(builtin_sinks()))
+def test_sink_options_pickle(name: str, tmp_path: Path) -> None:
+    options = built_sink(name, tmp_path).options
+    assert pickle.loads(pickle.dumps(options)) == options
+
+
+@pytest.mark.parametrize("name", sorted(builtin_sinks()))
+def test_sink_pickles_after_prepare(name: str, tmp_path: Path) -> None:
+    sink = built_sink(name, tmp_path)
+    sink.prepare(pa.schema([("key", pa.string()), ("v", pa.int64())]))
+    copy = pickle.loads(pickle.dumps(sink))
+    assert type(copy) is type(sink)
+    assert (copy.options, copy.records, copy.overwrite) == (sink.options, sink.records, False)
+
+
+def test_receipt_pickles() -> None:
+    receipt: Receipt[StagedFile] = Receipt(
+        sink_id="s1",
+        batch_id=3,
+        partition_id=1,
+        attempt_id="a",
+        rows=10,
+        nbytes=100,
+        seconds=0.5,
+        retries=2,
+        staged=[StagedFile("_q/staging/x", "x.jsonl", 10, 100)],
+        counters={"files": 1},
+    )
+    assert pickle.loads(pickle.dumps(receipt)) == receipt
