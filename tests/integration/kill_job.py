@@ -1,0 +1,55 @@
+"""A streaming job for the driver-kill test: file source -> `file` (JSON) and `csvfile`.
+
+Run as a script; the test kills its whole process group (driver, JVM, Python workers)
+at random moments and starts it again from the same checkpoints.
+
+    python kill_job.py IN OUT_DIR OUT_CSV CHECKPOINTS [--available-now]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from streams import stream_from  # noqa: E402
+
+import quixsinks  # noqa: E402
+from quixsinks.spark.session import local_session  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("input", "out_dir", "out_csv", "checkpoints"):
+        parser.add_argument(name)
+    parser.add_argument("--available-now", action="store_true")
+    args = parser.parse_args()
+
+    spark = local_session("quixsinks-kill-test")
+    quixsinks.register(spark)
+    df = stream_from(spark, __import__("pathlib").Path(args.input))
+    queries = []
+    for fmt, path in (("file", args.out_dir), ("csvfile", args.out_csv)):
+        writer = (
+            df.writeStream.format(fmt)
+            .option("path", path)
+            .option("checkpointLocation", os.path.join(args.checkpoints, fmt))
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if args.available_now
+            else writer.trigger(processingTime="100 milliseconds")
+        )
+        queries.append(writer.start())
+    print("started", flush=True)
+    for query in queries:
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise SystemExit(f"query failed: {query.exception()}")
+    print("finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()
