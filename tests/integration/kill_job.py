@@ -14,10 +14,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from streams import stream_from  # noqa: E402
+from streams import stream_from
 
-import quixsinks  # noqa: E402
-from quixsinks.spark.session import local_session  # noqa: E402
+import quixsinks
+from quixsinks.spark.session import local_session
 
 
 def main() -> None:

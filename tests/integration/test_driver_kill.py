@@ -25,14 +25,19 @@ KILLS = 3
 
 
 def start_job(tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
-    args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv"),
-            str(tmp_path / "ck")]
-    return subprocess.Popen(
-        [sys.executable, str(JOB), *args, *extra],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "job.log", "ab"),  # noqa: SIM115 - closed with the process
-    )
+    args = [
+        str(tmp_path / "in"),
+        str(tmp_path / "out"),
+        str(tmp_path / "out.csv"),
+        str(tmp_path / "ck"),
+    ]
+    with open(tmp_path / "job.log", "ab") as log:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, str(JOB), *args, *extra],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 def committed_batches(tmp_path: Path) -> int:

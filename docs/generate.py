@@ -1,0 +1,73 @@
+"""Regenerate the options tables in docs/ from the options dataclasses (`make docs`).
+
+Each page marks its table with ``<!-- options:NAME -->`` ... ``<!-- /options -->``
+where NAME is a built-in sink's format name or ``common``. ``--check`` exits 1 when a
+page is out of date (the unit tests run it, so the docs cannot drift from the code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from quixsinks.core.options import SinkOptions
+from quixsinks.core.sink import CommonOptions
+
+DOCS = Path(__file__).resolve().parent
+BLOCK = re.compile(r"(<!-- options:([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.S)
+
+
+def options_class(name: str) -> type[SinkOptions]:
+    """``common`` or a built-in sink's format name -> its options class."""
+    if name == "common":
+        return CommonOptions
+    from quixsinks.spark.registry import load_data_source
+
+    return load_data_source(name).sink_class.options_class
+
+
+def table(name: str) -> str:
+    cls = options_class(name)
+    common = {spec.name for spec in CommonOptions.specs()}
+    rows = ["| option (camelCase) | type | default | description |", "|---|---|---|---|"]
+    for spec in cls.specs():
+        if name != "common" and spec.name in common:
+            continue
+        names = f"`{spec.name}`" + (
+            f" (`{spec.camel_name}`)" if spec.camel_name != spec.name else ""
+        )
+        doc = spec.doc.replace("|", "\\|")
+        if spec.env:
+            doc += f"; env `{spec.env}`"
+        if spec.secret:
+            doc += "; secret: never logged"
+        kind = " \\| ".join(spec.choices) if spec.choices else spec.type_name
+        rows.append(f"| {names} | {kind} | `{spec.default_text()}` | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def render(text: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", action="store_true", help="fail if a page is stale")
+    args = parser.parse_args()
+    stale = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        new = render(text)
+        if new != text:
+            stale.append(page)
+            if not args.check:
+                page.write_text(new)
+    for page in stale:
+        print(("stale: " if args.check else "updated: ") + str(page.relative_to(DOCS.parent)))
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
