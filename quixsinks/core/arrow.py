@@ -20,13 +20,17 @@ def as_binary(array: pa.Array) -> pa.Array:
 def join_lines(array: pa.Array, terminator: bytes = b"\n") -> pa.Buffer:
     """Concatenate every value followed by ``terminator`` into one buffer, in C.
 
+    With an empty terminator the values' data buffer is sliced, without a copy.
+
     Null values must have been filled before; an empty array gives an empty buffer.
     """
     if len(array) == 0:
         return pa.py_buffer(b"")
     if array.null_count:
         raise ValueError("join_lines: fill nulls first")
-    lines = pc.binary_join_element_wise(as_binary(array), terminator, b"")
+    lines = as_binary(array)
+    if terminator:
+        lines = pc.binary_join_element_wise(lines, terminator, b"")
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     _, offsets_buffer, data = lines.buffers()
     offsets = pa.Array.from_buffers(

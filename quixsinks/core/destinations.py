@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO
 
 from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
 
@@ -49,6 +51,16 @@ class Destination(ABC):
     @abstractmethod
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write (or replace) ``key``."""
+
+    def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
+        """Write (or replace) ``key`` with what ``produce`` writes to a stream; its size.
+
+        The default collects the bytes in memory; backends override it to stream.
+        """
+        buffer = io.BytesIO()
+        produce(buffer)
+        self.write_bytes(key, buffer.getvalue())
+        return buffer.tell()
 
     @abstractmethod
     def read_bytes(self, key: str) -> bytes:
@@ -163,6 +175,14 @@ class LocalDestination(Destination):
         path = self.path(key)
         with _translate(path):
             self._write(path, data)
+
+    def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
+        path = self.path(key)
+        with _translate(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                produce(f)
+                return f.tell()
 
     def read_bytes(self, key: str) -> bytes:
         path = self.path(key)

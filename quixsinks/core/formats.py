@@ -28,7 +28,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,7 @@ __all__ = [
     "ParquetFormat",
     "json_column",
     "json_objects",
+    "json_pieces",
     "resolve_format",
 ]
 
@@ -65,9 +66,23 @@ class Format(ABC):
     file_extension: str
     appendable: bool
 
+    #: rows serialised at a time by :meth:`write_to`, bounding the memory it needs
+    chunk_rows: ClassVar[int] = 65_536
+
     @abstractmethod
+    def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
+        """The content of ``batch`` (no header, no compression)."""
+
     def serialize(self, batch: SinkBatch) -> bytes:
-        """The bytes of ``batch`` (without any header)."""
+        """The bytes of ``batch`` as they go into a file (without any header)."""
+        out = io.BytesIO()
+        self.write_to(batch, out)
+        return out.getvalue()
+
+    def write_to(self, batch: SinkBatch, out: BinaryIO) -> None:
+        """Stream ``batch`` into ``out`` in chunks of :attr:`chunk_rows` rows."""
+        for chunk in batch.iter_chunks(self.chunk_rows):
+            out.write(self.encode(chunk))
 
     def header(self) -> bytes:
         """Bytes that start a new file (CSV's header line); empty for most formats."""
@@ -108,6 +123,7 @@ def _dumps_row(value: Any) -> str:
         return json.dumps(_finite(value), default=_json_default, ensure_ascii=False)
 
 
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _CONTROL = r"[\x00-\x07\x0b\x0e-\x1f]"
 _ESCAPES = (
     ("\\", "\\\\"),
@@ -119,16 +135,48 @@ _ESCAPES = (
     ("\f", "\\f"),
 )
 
+# A JSON text piece: a literal or an array of text, one value per row, never null.
+Piece = Any
+
+
+def _escaped(column: pa.Array) -> pa.Array | None:
+    """A utf8 column escaped for a JSON string body, or None if a row needs per-row dumps.
+
+    The common case, text with nothing to escape, costs one regex scan.
+    """
+    if not pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
+        return column
+    if pc.any(pc.match_substring_regex(column, _CONTROL)).as_py():
+        return None
+    for raw, replacement in _ESCAPES:
+        column = pc.replace_substring(column, raw, replacement)
+    return column
+
+
+def json_pieces(column: pa.Array) -> list[Piece]:
+    """Pieces whose row-wise concatenation is each value of ``column`` as JSON text.
+
+    A string column without nulls gives ``['"', escaped, '"']`` so that callers build
+    whole lines in one join instead of copying the text once per nesting level.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)) and (
+        column.null_count == 0
+    ):
+        escaped = _escaped(pc.cast(column, pa.string()))
+        if escaped is not None:
+            return ['"', escaped, '"']
+    return [json_column(column)]
+
 
 def _json_strings(column: pa.Array) -> pa.Array:
     """JSON string literals for a utf8 column (nulls stay null)."""
-    if pc.any(pc.match_substring_regex(column, _CONTROL)).as_py():
+    escaped = _escaped(column)
+    if escaped is None:
         return pa.array(
             [None if v is None else _dumps_row(v) for v in column.to_pylist()], pa.string()
         )
-    escaped = column
-    for raw, replacement in _ESCAPES:
-        escaped = pc.replace_substring(escaped, raw, replacement)
     return pc.binary_join_element_wise('"', escaped, '"', "")
 
 
@@ -182,11 +230,11 @@ def _plain(value: Any, t: pa.DataType) -> Any:
     return value
 
 
-def json_key_column(keys: pa.Array) -> pa.Array:
+def json_key_pieces(keys: pa.Array) -> list[Piece]:
     """Keys as JSON: binary keys decoded as UTF-8 (invalid bytes replaced), else as values."""
     if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
-        return json_column(decode_utf8(keys))
-    return json_column(keys)
+        return json_pieces(decode_utf8(keys))
+    return json_pieces(keys)
 
 
 def decode_utf8(column: pa.Array) -> pa.Array:
@@ -200,17 +248,41 @@ def decode_utf8(column: pa.Array) -> pa.Array:
         )
 
 
+def json_object_pieces(table: pa.Table, prefix: str = "") -> list[Piece]:
+    """Pieces of one JSON object per row of ``table``, its columns as members."""
+    if table.num_columns == 0:
+        return [prefix + "{}"]
+    pieces: list[Piece] = []
+    for index, name in enumerate(table.column_names):
+        opener = "{" if index == 0 else ","
+        pieces.append(opener + json.dumps(name, ensure_ascii=False) + ":")
+        pieces.extend(json_pieces(table.column(name)))
+    pieces.append("}")
+    return _merge_literals([prefix, *pieces])
+
+
+def _merge_literals(pieces: list[Piece]) -> list[Piece]:
+    """Fuse neighbouring string literals (fewer, longer arguments for the join kernel)."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        elif not (isinstance(piece, str) and not piece):
+            merged.append(piece)
+    return merged
+
+
+def concat_pieces(pieces: list[Piece], rows: int) -> pa.Array:
+    """Row-wise concatenation of pieces into one string array, in one kernel call."""
+    arrays = [p for p in pieces if not isinstance(p, str)]
+    if not arrays:
+        return pa.array(["".join(pieces)] * rows, pa.string())
+    return pc.binary_join_element_wise(*pieces, "")
+
+
 def json_objects(table: pa.Table) -> pa.Array:
     """One JSON object per row of ``table``, its columns as members, built in C."""
-    if table.num_columns == 0:
-        return pa.array(["{}"] * table.num_rows, pa.string())
-    parts: list[Any] = []
-    for index, name in enumerate(table.column_names):
-        prefix = "{" if index == 0 else ","
-        parts.append(prefix + json.dumps(name, ensure_ascii=False) + ":")
-        parts.append(json_column(table.column(name)))
-    parts.append("}")
-    return pc.binary_join_element_wise(*parts, "")
+    return concat_pieces(json_object_pieces(table), table.num_rows)
 
 
 @dataclass(frozen=True)
@@ -233,27 +305,39 @@ class JSONFormat(Format):
         if self.compress and not self.file_extension.endswith(".gz"):
             object.__setattr__(self, "file_extension", self.file_extension + ".gz")
 
-    def serialize(self, batch: SinkBatch) -> bytes:
+    def write_to(self, batch: SinkBatch, out: BinaryIO) -> None:
+        if not self.compress:
+            super().write_to(batch, out)
+            return
+        with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) as zipped:
+            super().write_to(batch, zipped)  # type: ignore[arg-type]
+
+    def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         if self.dumps is not None:
             lines = self._custom_lines(batch)
         else:
-            timestamps = json_column(batch.timestamps_ms())
-            keys = json_key_column(batch.keys())
-            values = json_objects(batch.values())
-            lines = pc.binary_join_element_wise(
-                '{"_timestamp":', timestamps, ',"_key":', keys, ',"_value":', values, "}", ""
+            pieces = _merge_literals(
+                [
+                    '{"_timestamp":',
+                    *json_pieces(batch.timestamps_ms()),
+                    ',"_key":',
+                    *json_key_pieces(batch.keys()),
+                    ',"_value":',
+                    *json_object_pieces(batch.values()),
+                    "}\n",
+                ]
             )
-        data = join_lines(lines).to_pybytes()
-        return gzip.compress(data, compresslevel=6, mtime=0) if self.compress else data
+            lines = concat_pieces(pieces, batch.num_rows)
+        return join_lines(lines, b"")
 
     def _custom_lines(self, batch: SinkBatch) -> pa.Array:
         assert self.dumps is not None
-        out = []
+        out: list[str] = []
         for index, item in enumerate(batch):
             key = item.key.decode("utf-8", "replace") if isinstance(item.key, bytes) else item.key
             record = {"_timestamp": item.timestamp, "_key": key, "_value": item.value}
             try:
-                out.append(self.dumps(record))
+                out.append(self.dumps(record) + "\n")
             except Exception as exc:
                 raise RecordError(f"row {index}: custom dumps failed: {exc}", row=index) from exc
         return pa.array(out, pa.string())
@@ -294,10 +378,13 @@ class ParquetFormat(Format):
             columns[name] = values.column(name)
         return pa.table(columns)
 
-    def serialize(self, batch: SinkBatch) -> bytes:
+    def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         out = pa.BufferOutputStream()
         pq.write_table(self.table(batch), out, compression=self.compression)
-        return bytes(out.getvalue().to_pybytes())
+        return out.getvalue()
+
+    def write_to(self, batch: SinkBatch, out: BinaryIO) -> None:
+        pq.write_table(self.table(batch), out, compression=self.compression)
 
 
 # ----------------------------------------------------------------------------- CSV
@@ -386,7 +473,7 @@ class CSVFormat(Format):
                 raise RecordError(f"row {index}: serializer failed: {exc}", row=index) from exc
         return pa.array(keys, pa.string()), pa.array(values, pa.string())
 
-    def serialize(self, batch: SinkBatch) -> bytes:
+    def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         if batch.num_rows == 0:
             return b""
         dialect = self._python_dialect()
@@ -398,7 +485,7 @@ class CSVFormat(Format):
         )
         out = pa.BufferOutputStream()
         pa_csv.write_csv(self.table(batch), out, write_options=options)
-        return bytes(out.getvalue().to_pybytes())
+        return out.getvalue()
 
 
 # ----------------------------------------------------------------------------- resolve

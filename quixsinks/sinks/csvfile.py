@@ -13,6 +13,7 @@ commits are serialised by a lock on the ledger.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -146,7 +147,7 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
         return staging.stage(
             batch.context,
             f"{batch.partition_id:05d}-{piece:04d}.csv",
-            self.file_format().serialize(batch),
+            functools.partial(self.file_format().write_to, batch),
             final_key=file_name,
             rows=batch.num_rows,
         )

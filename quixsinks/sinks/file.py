@@ -16,7 +16,7 @@ or an orphan file (see quixsinks.core.publish for the protocol).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
 
@@ -133,11 +133,14 @@ class FileSink(Sink[FileOptions, StagedFile]):
             f"{ctx.sink_id}-{ctx.batch_id:010d}-{ctx.partition_id:05d}-{piece:04d}"
             f"{fmt.file_extension}"
         )
-        if self.options.append:
-            data, final_key = fmt.serialize(batch), f"{ctx.sink_id}{fmt.file_extension}"
-        else:
-            data, final_key = fmt.header() + fmt.serialize(batch), name
-        return self.staging().stage(ctx, name, data, final_key=final_key, rows=batch.num_rows)
+        header = b"" if self.options.append else fmt.header()
+        final_key = f"{ctx.sink_id}{fmt.file_extension}" if self.options.append else name
+
+        def produce(out: BinaryIO) -> None:
+            out.write(header)
+            fmt.write_to(batch, out)
+
+        return self.staging().stage(ctx, name, produce, final_key=final_key, rows=batch.num_rows)
 
     # ------------------------------------------------------------------ driver
 

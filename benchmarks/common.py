@@ -1,0 +1,519 @@
+"""Shared machinery of quixsinks' benchmarks: session, data, timing loop, result files.
+
+A benchmark module (``benchmarks/bench_<name>.py``) is a script that:
+
+1. parses its arguments with :func:`argument_parser` (``--rows``, ``--repeat``, ``--out``
+   and whatever it adds);
+2. opens one session with :func:`bench_session` and builds the cached input with
+   :func:`mixed_dataframe`;
+3. lists its :class:`Case` objects, one of them the floor (the baseline every ratio is
+   taken against), and runs them with :func:`run_cases`;
+4. writes ``<out>/<name>.json`` and ``<out>/<name>.md`` with :func:`write_results` and
+   prints the table.
+
+Absolute timings depend on the machine; compare the ratios to the floor, which is
+measured in the same session, a few seconds apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.sink import BatchingSink, CommonOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "BENCH_DIR",
+    "FLOOR",
+    "NOOP_FORMAT",
+    "Case",
+    "CaseResult",
+    "NoopArrowSink",
+    "argument_parser",
+    "bench_session",
+    "count_output_rows",
+    "floor_case",
+    "machine_info",
+    "markdown_table",
+    "mixed_dataframe",
+    "register_floor",
+    "run_cases",
+    "select_cases",
+    "write_results",
+]
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_OUT = BENCH_DIR / "results"
+
+#: Columns of :func:`mixed_dataframe`, for documentation and checks.
+MIXED_COLUMNS = ("key", "id", "value", "flag", "name", "timestamp")
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def argument_parser(
+    description: str, *, rows: int = 2_000_000, repeat: int = 3
+) -> argparse.ArgumentParser:
+    """The arguments every benchmark module accepts; add your own to the parser."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rows", type=int, default=rows, help=f"rows to write (default {rows:_})")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=repeat,
+        help=f"timed runs per case after one warm-up run; the best counts (default {repeat})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="folder for <name>.json and <name>.md (default benchmarks/results)",
+    )
+    parser.add_argument("--cores", type=int, default=2, help="local[N] (default 2)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="partitions of the input DataFrame (default: --cores)",
+    )
+    parser.add_argument(
+        "--cases",
+        default=None,
+        help="comma-separated case names to run (default: all); the floor case always runs",
+    )
+    parser.add_argument(
+        "--tmp",
+        type=Path,
+        default=None,
+        help="folder for the written outputs (default: a fresh temp folder)",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="exit with status 1 when a case misses its target"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="keep quixsinks' per-batch INFO lines and Spark's progress bar",
+    )
+    return parser
+
+
+# --------------------------------------------------------------------------- session + data
+
+
+def bench_session(
+    app_name: str, cores: int = 2, *, verbose: bool = False, **conf: str
+) -> SparkSession:
+    """quixsinks' local session (127.0.0.1, UI off, Python workers reused), for benchmarks.
+
+    Unless ``verbose``, the console progress bar is off and quixsinks' Python workers
+    log at WARNING (they inherit ``QUIXSINKS_LOG_LEVEL`` from this process), so the
+    timing lines stay readable.
+    """
+    from quixsinks.spark.session import local_session
+
+    settings = {"spark.driver.memory": "2g"}
+    if not verbose:
+        os.environ.setdefault("QUIXSINKS_LOG_LEVEL", "WARNING")
+        settings["spark.ui.showConsoleProgress"] = "false"
+    settings.update(conf)
+    return local_session(app_name, cores, **settings)
+
+
+def mixed_dataframe(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
+    """``rows`` rows of six mixed columns, cached and materialised.
+
+    Columns: ``key`` string (1,000 distinct, ``k0``..``k999``), ``id`` bigint,
+    ``value`` double, ``flag`` boolean, ``name`` string of 12 hex characters and
+    ``timestamp`` (one per second from 2023-11-14). quixsinks reads ``key`` as the
+    record key, ``timestamp`` as its time and the other four as its value.
+
+    The DataFrame is cached and counted here so that no timed write pays for
+    generating it.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, rows, 1, partitions).select(
+        F.concat(F.lit("k"), (F.col("id") % 1000).cast("string")).alias("key"),
+        F.col("id"),
+        (F.col("id").cast("double") / F.lit(7.0)).alias("value"),
+        (F.col("id") % 2 == 0).alias("flag"),
+        F.substring(F.md5(F.col("id").cast("string")), 1, 12).alias("name"),
+        F.timestamp_seconds(F.lit(1_700_000_000) + F.col("id")).alias("timestamp"),
+    )
+    df = df.persist(StorageLevel.MEMORY_ONLY)
+    counted = df.count()
+    if counted != rows:
+        raise RuntimeError(f"cached DataFrame has {counted} rows, expected {rows}")
+    return df
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def count_output_rows(path: str) -> int:
+    """Rows in what a writer left at ``path`` (a file or a folder of part files).
+
+    Files and folders whose names start with ``_`` or ``.`` are skipped, as Spark and
+    pyarrow readers skip them. Parquet rows come from the footers; JSON Lines and CSV
+    rows are counted as lines (subtract header lines yourself).
+    """
+    import pyarrow.parquet as pq
+
+    def rows_in(file: Path) -> int:
+        if ".parquet" in file.name:
+            return int(pq.read_metadata(file).num_rows)
+        lines = 0
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 24):
+                lines += chunk.count(b"\n")
+        return lines
+
+    root = Path(path)
+    if root.is_file():
+        return rows_in(root)
+    total = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in files:
+            if name.startswith(("_", ".")) or name.endswith(".crc"):
+                continue
+            total += rows_in(Path(folder) / name)
+    return total
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way of writing the whole input DataFrame.
+
+    Attributes:
+        name: short id, e.g. ``file-parquet``.
+        write: ``write(df, path)`` writes the DataFrame; ``path`` is fresh and absent.
+        description: what the case measures (goes into the JSON).
+        target: the ratio to the floor this case must reach, or None.
+        count_rows: after the warm-up run, ``count_rows(path)`` must give the number
+            of rows written (default :func:`count_output_rows`); None for sinks that
+            write nothing.
+    """
+
+    name: str
+    write: Callable[[DataFrame, str], None]
+    description: str = ""
+    target: float | None = None
+    count_rows: Callable[[str], int] | None = count_output_rows
+
+
+@dataclass
+class CaseResult:
+    """The timings of one case and what they give.
+
+    Attributes:
+        seconds: every timed run, in round order.
+        best_seconds, rows_per_s: the best (minimum) run and rows / that time.
+        ratio_to_floor: floor's best seconds / this case's best seconds (the headline).
+        round_ratios, median_ratio_to_floor: the same ratio per round (each run against
+            the floor's run of the same round) and its median: steadier than the best
+            on a busy machine, reported for judging noise.
+        target, passed: the ratio this case must reach and whether ``ratio_to_floor`` did.
+    """
+
+    name: str
+    description: str
+    seconds: list[float] = field(default_factory=list)
+    warmup_seconds: float | None = None
+    rows_checked: int | None = None
+    best_seconds: float = 0.0
+    median_seconds: float = 0.0
+    rows_per_s: float = 0.0
+    ratio_to_floor: float | None = None
+    round_ratios: list[float] = field(default_factory=list)
+    median_ratio_to_floor: float | None = None
+    target: float | None = None
+    passed: bool | None = None
+
+
+def select_cases(cases: Sequence[Case], names: str | None, *, floor: str) -> list[Case]:
+    """The cases named in ``names`` (comma-separated; None: all), always with the floor."""
+    if not names:
+        return list(cases)
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    unknown = wanted - {c.name for c in cases}
+    if unknown:
+        raise SystemExit(
+            f"unknown case(s) {', '.join(sorted(unknown))}; "
+            f"cases: {', '.join(c.name for c in cases)}"
+        )
+    return [c for c in cases if c.name in wanted or c.name == floor]
+
+
+def _timed(case: Case, df: DataFrame, workdir: Path, run: str) -> tuple[float, str]:
+    path = str(workdir / f"{case.name}-{run}")
+    started = time.perf_counter()
+    case.write(df, path)
+    return time.perf_counter() - started, path
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+    # sinks writing one file keep their state beside it (e.g. csvfile's .<name>.quixsinks/)
+    parent, name = os.path.split(path)
+    for sibling in os.listdir(parent):
+        if sibling.startswith(f".{name}"):
+            _remove(os.path.join(parent, sibling))
+
+
+def run_cases(
+    df: DataFrame,
+    cases: Sequence[Case],
+    *,
+    floor: str,
+    rows: int,
+    repeat: int,
+    workdir: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> list[CaseResult]:
+    """Time every case: one warm-up run each, then ``repeat`` rounds over all cases.
+
+    Rounds interleave the cases (a, b, c, a, b, c, ...) so that drift of the machine
+    hits every case alike. Each run writes into a fresh path that is deleted right
+    after. The best (minimum) time counts; ``ratio_to_floor`` is floor seconds / case
+    seconds, i.e. the case's rows/s as a fraction of the floor's.
+    """
+    if floor not in {c.name for c in cases}:
+        raise ValueError(f"the floor case {floor!r} is not among the cases")
+    own_tmp = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="quixsinks-bench-")) if workdir is None else workdir
+    base.mkdir(parents=True, exist_ok=True)
+    results = {c.name: CaseResult(c.name, c.description, target=c.target) for c in cases}
+    try:
+        for case in cases:
+            seconds, path = _timed(case, df, base, "warmup")
+            result = results[case.name]
+            result.warmup_seconds = seconds
+            if case.count_rows is not None:
+                result.rows_checked = case.count_rows(path)
+                if result.rows_checked != rows:
+                    raise RuntimeError(
+                        f"{case.name}: wrote {result.rows_checked} rows, expected {rows}"
+                    )
+            _remove(path)
+            log(f"  warm-up {case.name:<16} {seconds:8.2f} s")
+        for round_ in range(repeat):
+            for case in cases:
+                seconds, path = _timed(case, df, base, f"run{round_}")
+                _remove(path)
+                results[case.name].seconds.append(seconds)
+                log(f"  run {round_ + 1}/{repeat} {case.name:<16} {seconds:8.2f} s")
+    finally:
+        if own_tmp:
+            shutil.rmtree(base, ignore_errors=True)
+
+    floor_runs = results[floor].seconds
+    for result in results.values():
+        if not result.seconds:
+            continue
+        result.best_seconds = min(result.seconds)
+        result.median_seconds = statistics.median(result.seconds)
+        result.rows_per_s = rows / result.best_seconds
+        result.ratio_to_floor = min(floor_runs) / result.best_seconds
+        result.round_ratios = [f / s for f, s in zip(floor_runs, result.seconds, strict=True)]
+        result.median_ratio_to_floor = statistics.median(result.round_ratios)
+        if result.target is not None:
+            result.passed = result.ratio_to_floor >= result.target
+    return [results[c.name] for c in cases]
+
+
+# --------------------------------------------------------------------------- the floor
+
+#: Format name of :class:`NoopArrowSink` (Spark owns ``noop``).
+NOOP_FORMAT = "quixsinks_bench_noop"
+FLOOR = "noop-arrow"
+
+
+class NoopArrowSink(BatchingSink[CommonOptions]):
+    """Receives every SinkBatch and writes nothing: the floor of the Arrow path."""
+
+    name: ClassVar[str] = NOOP_FORMAT
+
+    def write(self, batch: SinkBatch) -> None:
+        batch.num_rows  # noqa: B018 - touch the batch, nothing more
+
+
+def register_floor(spark: SparkSession) -> None:
+    """Register the no-op quixsinks sink as format ``quixsinks_bench_noop``.
+
+    The sink is a :class:`~quixsinks.core.sink.BatchingSink` whose ``write`` only
+    touches ``batch.num_rows``; Spark runs it through exactly the same DataSource Arrow
+    writer as every quixsinks sink (transfer to Python, SinkBatch, retry policy,
+    receipts, driver commit). This module is not importable in Spark's Python workers,
+    so it is pickled by value.
+    """
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+    spark.dataSource.register(NoopArrowSink.data_source())
+
+
+def _write_floor(df: DataFrame, path: str) -> None:
+    df.write.format(NOOP_FORMAT).mode("append").save()
+
+
+def floor_case() -> Case:
+    """The floor case, ``noop-arrow`` (call :func:`register_floor` on the session first)."""
+    return Case(
+        FLOOR,
+        _write_floor,
+        "quixsinks Arrow writer path with a do-nothing BatchingSink: JVM -> Python Arrow "
+        "transfer, SinkBatch, receipts, commit (the floor)",
+        count_rows=None,
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _java_version() -> str | None:
+    try:
+        done = subprocess.run(
+            ["java", "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def _spark_setting(spark: SparkSession, key: str) -> str | None:
+    try:
+        value = spark.conf.get(key)
+    except Exception:  # a setting without a default raises
+        value = None
+    return value if value is not None else spark.sparkContext.getConf().get(key, None)
+
+
+def machine_info(spark: SparkSession | None = None, **extra: Any) -> dict[str, Any]:
+    """Where and how the numbers were taken (versions, cores, date) plus ``extra``."""
+    import pyarrow
+    import pyspark
+
+    info: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host_cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "pyspark": pyspark.__version__,
+        "pyarrow": pyarrow.__version__,
+        "java": _java_version(),
+    }
+    try:
+        import quixsinks
+
+        info["quixsinks"] = quixsinks.__version__
+    except ImportError:  # pragma: no cover - the package is installed for benchmarks
+        info["quixsinks"] = None
+    if spark is not None:
+        info["spark_master"] = spark.sparkContext.master
+        info["spark_conf"] = {
+            key: _spark_setting(spark, key)
+            for key in (
+                "spark.driver.memory",
+                "spark.sql.execution.arrow.maxRecordsPerBatch",
+                "spark.python.worker.reuse",
+            )
+        }
+    info.update(extra)
+    return info
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def markdown_table(results: Sequence[CaseResult], *, floor: str) -> str:
+    """The results as a markdown table: case | best s | rows/s | vs floor | target."""
+    lines = [
+        "| case | best s | rows/s | vs floor | target |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in results:
+        ratio = "" if r.ratio_to_floor is None else f"{r.ratio_to_floor:.2f}"
+        if r.name == floor:
+            target = "(floor)"
+        elif r.target is None:
+            target = ""
+        else:
+            target = f">= {r.target:.2f} {'pass' if r.passed else 'FAIL'}"
+        lines.append(
+            f"| {r.name} | {r.best_seconds:.2f} | {_fmt_rate(r.rows_per_s)} | {ratio} | {target} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    out: Path,
+    name: str,
+    *,
+    title: str,
+    info: dict[str, Any],
+    results: Sequence[CaseResult],
+    floor: str,
+    notes: str = "",
+) -> str:
+    """Write ``<out>/<name>.json`` and ``<out>/<name>.md``; return the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    targeted = [r for r in results if r.target is not None]
+    document = {
+        "benchmark": name,
+        "title": title,
+        "machine": info,
+        "floor": floor,
+        "all_targets_passed": all(r.passed for r in targeted) if targeted else None,
+        "cases": {r.name: asdict(r) for r in results},
+    }
+    json_path = out / f"{name}.json"
+    json_path.write_text(json.dumps(document, indent=2) + "\n")
+
+    table = markdown_table(results, floor=floor)
+    setup = (
+        f"{info.get('rows', '?'):_} rows, best of {info.get('repeat', '?')} runs after one "
+        f"warm-up, {info.get('spark_master', '?')} on {info.get('host_cores')} host cores; "
+        f"Python {info['python']}, PySpark {info['pyspark']}, pyarrow {info['pyarrow']}; "
+        f"{info['date']}."
+    )
+    medians = ", ".join(
+        f"{r.name} {r.median_ratio_to_floor:.2f}"
+        for r in results
+        if r.name != floor and r.median_ratio_to_floor is not None
+    )
+    markdown = f"# {title}\n\n{setup}\n\n{table}"
+    if medians and len(results[0].seconds) > 1:
+        markdown += f"\nMedian of the per-round ratios (noise check): {medians}.\n"
+    if notes:
+        markdown += f"\n{notes.strip()}\n"
+    (out / f"{name}.md").write_text(markdown)
+    return markdown
