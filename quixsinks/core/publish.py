@@ -239,35 +239,51 @@ class AppendPublisher:
         self.ledger = self.destination.path(ledger_key)
 
     @contextlib.contextmanager
-    def _locked_ledger(self) -> Iterator[list[dict[str, object]]]:
+    def _locked_ledger(
+        self,
+    ) -> Iterator[tuple[list[dict[str, Any]], Callable[[dict[str, Any]], None]]]:
+        """Lock the ledger; yield its entries and a function that appends one durably.
+
+        A line torn by a crash (no final newline) is cut off first: it was a ``begin``
+        whose append never started, or a ``done`` whose batch is redone after the
+        preceding ``begin`` is rolled back.
+        """
         os.makedirs(os.path.dirname(self.ledger), exist_ok=True)
-        with open(self.ledger, "a+", encoding="utf-8") as handle:
+        with open(os.open(self.ledger, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                handle.seek(0)
-                entries = [json.loads(line) for line in handle if line.strip()]
-                self._handle = handle
-                yield entries
+                text = handle.read()
+                complete = text[: text.rfind(b"\n") + 1]
+                if len(complete) != len(text):
+                    handle.truncate(len(complete))
+                handle.seek(len(complete))
+                entries = [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+                def log(entry: dict[str, Any]) -> None:
+                    handle.write(json.dumps(entry).encode() + b"\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+
+                yield entries, log
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _log(self, entry: dict[str, object]) -> None:
-        self._handle.write(json.dumps(entry) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
 
     def is_committed(self, sink_id: str, batch_id: int) -> bool:
         if not os.path.exists(self.ledger):
             return False
-        with open(self.ledger, encoding="utf-8") as handle:
-            return any(
-                _is_done(json.loads(line), sink_id, batch_id) for line in handle if line.strip()
-            )
+        with open(self.ledger, "rb") as handle:
+            text = handle.read()
+        complete = text[: text.rfind(b"\n") + 1]  # a torn last line is no entry
+        return any(
+            _is_done(json.loads(line), sink_id, batch_id)
+            for line in complete.splitlines()
+            if line.strip()
+        )
 
     def publish(
         self, sink_id: str, batch_id: int, files: Sequence[StagedFile], header: bytes = b""
     ) -> PublishResult:
-        with self._locked_ledger() as entries:
+        with self._locked_ledger() as (entries, log):
             if any(_is_done(e, sink_id, batch_id) for e in entries):
                 self.staging.discard(sink_id, batch_id)
                 return PublishResult(files=0, already_committed=True)
@@ -287,7 +303,7 @@ class AppendPublisher:
                     f.truncate(offset)
                 size = offset
             entry = {"sink_id": sink_id, "batch_id": batch_id, "offset": size}
-            self._log({**entry, "state": "begin"})
+            log({**entry, "state": "begin"})
             # r+b and a seek, not "ab": sendfile refuses files opened with O_APPEND
             with open(os.open(self.target, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as out:
                 out.seek(size)
@@ -298,7 +314,7 @@ class AppendPublisher:
                     _append_file(out, self.destination.path(piece.staging_key))
                 os.fsync(out.fileno())
                 end = out.tell()
-            self._log({**entry, "state": "done", "end": end})
+            log({**entry, "state": "done", "end": end})
         self.staging.discard(sink_id, batch_id)
         self.staging.prune(sink_id, batch_id)
         return PublishResult(files=len(files), already_committed=False)

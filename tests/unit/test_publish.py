@@ -495,3 +495,30 @@ class InMemory(Destination):
 def test_appending_needs_a_local_destination() -> None:
     with pytest.raises(TypeError):
         AppendPublisher(StagingArea(InMemory()), TARGET, "ledger")
+
+
+def test_a_ledger_line_torn_by_a_crash_is_ignored_and_cut_off(
+    dest: LocalDestination, staging: StagingArea, appender: AppendPublisher
+) -> None:
+    append(appender, staging, 0, b"a\r\n")
+    with open(appender.ledger, "ab") as ledger:
+        ledger.write(b'{"sink_id": "sink", "batch_id": 1, "off')  # the crash hit here
+    assert not appender.is_committed(SINK, 1)
+    append(appender, staging, 1, b"b\r\n")
+    assert target(dest) == HEADER + b"a\r\nb\r\n"
+    assert appender.is_committed(SINK, 1)
+    with open(appender.ledger, encoding="utf-8") as ledger:
+        assert all(json.loads(line) for line in ledger)
+
+
+def test_a_torn_done_line_redoes_the_append_once(
+    dest: LocalDestination, staging: StagingArea, appender: AppendPublisher
+) -> None:
+    append(appender, staging, 0, b"a\r\n")
+    with open(appender.ledger, "rb") as ledger:
+        lines = ledger.read().splitlines(keepends=True)
+    with open(appender.ledger, "wb") as ledger:  # "done" of batch 0 only half written
+        ledger.write(b"".join(lines[:-1]) + lines[-1][:10])
+    assert not appender.is_committed(SINK, 0)
+    append(appender, staging, 0, b"a\r\n", attempt="B")
+    assert target(dest) == HEADER + b"a\r\n"
