@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install java demo test test-unit test-integration bench lint format docs clean
+.PHONY: install java services demo test test-unit test-integration bench lint format docs clean
 
 install: java $(STAMP)
 
@@ -22,22 +22,26 @@ java:
 	  echo "Java not found: installing openjdk-17-jre-headless (Spark needs Java 17+)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }
 
+## Servers the integration tests start (PostgreSQL...): installed from Debian when missing.
+services:
+	bash tests/services/install.sh
+
 ## Run the demo: a streaming job from an embedded source into the csvfile and file sinks.
 demo: install
 	$(PY) examples/streaming_demo.py
 
 ## Run every test (unit and integration, with the servers they need).
-test: install
+test: install services
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: install
+test-integration: install services
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 ## Benchmarks: results in benchmarks/results/*.json and *.md
-bench: install
+bench: install services
 	$(PY) benchmarks/bench_foundation.py
 
 lint: install

@@ -27,6 +27,7 @@ logger = logging.getLogger("quixsinks.registry")
 BUILTIN_SINKS: dict[str, str] = {
     "csvfile": "quixsinks.sinks.csvfile:CSVFileDataSource",
     "file": "quixsinks.sinks.file:FileDataSource",
+    "postgresql": "quixsinks.sinks.postgresql:PostgreSQLDataSource",
 }
 
 

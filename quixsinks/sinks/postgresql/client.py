@@ -1,0 +1,182 @@
+"""Connections to PostgreSQL and the one place where psycopg2's errors are translated.
+
+:func:`translate` maps a psycopg2 exception to a quixsinks error by SQLSTATE class,
+the most specific match winning, with the original chained:
+
+=============================  ===============================================
+SQLSTATE                       quixsinks error
+=============================  ===============================================
+28xxx (authentication)         DestinationAccessDeniedError
+42501 (insufficient privilege) DestinationAccessDeniedError
+3D000 (no such database)       DestinationNotFoundError
+42P01 / 3F000 (no table/schema) DestinationNotFoundError
+08xxx, 40001, 40P01, 53xxx,    RetryableError (connection lost, serialisation
+57P0x, 57014                   failure, deadlock, server shutting down, timeout)
+22xxx (data), 23xxx (integrity) RecordError
+anything else                  DestinationError (not retried)
+=============================  ===============================================
+
+A failure to connect carries no SQLSTATE in psycopg2; it is classified from libpq's
+connection status instead (server unreachable: retryable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from quixsinks.core.errors import (
+    DestinationAccessDeniedError,
+    DestinationError,
+    DestinationNotFoundError,
+    MissingDependencyError,
+    QuixSinksError,
+    RecordError,
+    RetryableError,
+)
+
+from .options import PostgreSQLOptions
+
+__all__ = ["ConnectionSlot", "connect", "import_psycopg2", "translate"]
+
+_RETRYABLE_CODES = {"40001", "40P01", "57014", "55P03"}
+_RETRYABLE_CLASSES = {"08", "53", "57"}
+
+
+def import_psycopg2() -> Any:
+    try:
+        import psycopg2
+        import psycopg2.extensions
+        import psycopg2.sql
+    except ImportError as exc:
+        raise MissingDependencyError("psycopg2-binary", "postgresql") from exc
+    return psycopg2
+
+
+def describe(options: PostgreSQLOptions) -> str:
+    """Where we connect, for messages: never the password."""
+    return f"postgresql://{options.user}@{options.host}:{options.port}/{options.dbname}"
+
+
+def translate(exc: Exception, where: str, *, connecting: bool = False) -> QuixSinksError:
+    """The quixsinks error for a psycopg2 exception (see the module docstring)."""
+    code = getattr(exc, "pgcode", None) or ""
+    text = (str(getattr(exc, "pgerror", None) or exc)).strip().splitlines()
+    detail = text[0] if text else type(exc).__name__
+    message = f"{where}: {detail}"
+    if connecting and not code:
+        return _connect_error(exc, where, detail)
+    if code.startswith("28") or code == "42501":
+        return DestinationAccessDeniedError(message, location=where)
+    if code in ("3D000", "42P01", "3F000"):
+        return DestinationNotFoundError(message, location=where)
+    if code in _RETRYABLE_CODES or code[:2] in _RETRYABLE_CLASSES:
+        return RetryableError(message)
+    if code[:2] in ("22", "23"):
+        return RecordError(f"{message} (SQLSTATE {code})")
+    if not code and type(exc).__name__ in ("OperationalError", "InterfaceError"):
+        return RetryableError(message)  # the connection broke mid-statement
+    return DestinationError(f"{message} (SQLSTATE {code or 'none'})", location=where)
+
+
+def _connect_error(exc: Exception, where: str, detail: str) -> QuixSinksError:
+    """libpq gives no SQLSTATE when a connection fails; the server's FATAL text has it."""
+    lowered = detail.lower()
+    if (
+        "password authentication failed" in lowered
+        or "no password supplied" in lowered
+        or ("authentication failed" in lowered)
+    ):
+        return DestinationAccessDeniedError(
+            f"{where}: authentication failed; check 'user' and 'password' (or PGPASSWORD)",
+            location=where,
+        )
+    if "database" in lowered and "does not exist" in lowered:
+        return DestinationNotFoundError(
+            f"{where}: the database does not exist; create it or fix 'dbname'", location=where
+        )
+    if "permission denied" in lowered:
+        return DestinationAccessDeniedError(f"{where}: {detail}", location=where)
+    return RetryableError(f"{where}: cannot connect: {detail}")
+
+
+def connect(options: PostgreSQLOptions) -> Any:
+    """A new psycopg2 connection (autocommit off), statement timeout set."""
+    psycopg2 = import_psycopg2()
+    params: dict[str, Any] = {
+        "host": options.host,
+        "port": options.port,
+        "dbname": options.dbname,
+        "user": options.user,
+        "connect_timeout": options.connection_timeout_seconds,
+        "sslmode": options.sslmode,
+        "application_name": "quixsinks",
+        "options": f"-c statement_timeout={options.statement_timeout_seconds * 1000}",
+    }
+    if options.password is not None:
+        params["password"] = options.password
+    for part in options.connect_options.split():
+        key, _, value = part.partition("=")
+        params[key] = value
+    try:
+        return psycopg2.connect(**params)
+    except psycopg2.Error as exc:
+        raise translate(exc, describe(options), connecting=True) from None
+
+
+class ConnectionSlot:
+    """Caps the connections that the tasks of one machine open to one database.
+
+    Spark runs each task's Python code in its own worker process, so the cap is kept
+    with ``max_connections_per_executor`` lock files in the temp folder: a task holds
+    one of them (an exclusive ``flock``) while its connection is open. The kernel
+    drops the lock when the process dies, so a killed task never leaks a slot.
+    """
+
+    def __init__(self, options: PostgreSQLOptions, *, poll_seconds: float = 0.05) -> None:
+        key = hashlib.sha1(describe(options).encode()).hexdigest()[:16]
+        self.folder = os.path.join(tempfile.gettempdir(), f"quixsinks-pg-slots-{key}")
+        self.slots = options.max_connections_per_executor
+        self.poll_seconds = poll_seconds
+        self._handle: Any = None
+
+    def acquire(self, timeout: float = 600.0) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            for slot in range(self.slots):
+                handle = open(os.path.join(self.folder, f"{slot}.lock"), "a")  # noqa: SIM115
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    continue
+                self._handle = handle
+                return
+            if time.monotonic() > deadline:
+                raise RetryableError(
+                    f"no free PostgreSQL connection slot in {timeout:.0f} s "
+                    f"(max_connections_per_executor={self.slots})"
+                )
+            time.sleep(self.poll_seconds)
+
+    def release(self) -> None:
+        if self._handle is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()

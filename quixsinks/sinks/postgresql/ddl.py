@@ -1,0 +1,196 @@
+"""Schema, table, staging table and ledger DDL, idempotent and safe to run concurrently.
+
+Tasks and the driver may create or widen the same table at once; every change runs in
+the caller's transaction under a transaction-level advisory lock on the table's name,
+and re-reads the catalog after taking it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from quixsinks.core.errors import DestinationNotFoundError, OptionError
+
+from .schema import LEDGER_TABLE, STAGE_COLUMNS, Column, TableSchema, compatible
+
+__all__ = ["ensure_ledger", "ensure_table", "existing_columns", "primary_key"]
+
+
+def _sql() -> Any:
+    from psycopg2 import sql
+
+    return sql
+
+
+def lock(cur: Any, *names: str) -> None:
+    """Serialise DDL on a name across sessions, until the transaction ends."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("quixsinks:" + ".".join(names),))
+
+
+def existing_columns(cur: Any, schema: str, table: str) -> dict[str, str] | None:
+    """Column name -> ``format_type`` of an existing table, in order; None if absent."""
+    cur.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
+          AND c.relkind IN ('r', 'p')
+        ORDER BY a.attnum
+        """,
+        (schema, table),
+    )
+    rows = cur.fetchall()
+    if rows:
+        return {name: kind for name, kind in rows}
+    cur.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    )
+    return {} if cur.fetchone() else None
+
+
+def primary_key(cur: Any, schema: str, table: str) -> list[str]:
+    cur.execute(
+        """
+        SELECT a.attname FROM pg_index i
+        JOIN pg_class c ON c.oid = i.indrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)
+        WHERE i.indisprimary AND n.nspname = %s AND c.relname = %s
+        ORDER BY array_position(i.indkey, a.attnum)
+        """,
+        (schema, table),
+    )
+    return [row[0] for row in cur.fetchall()]
+
+
+def ensure_schema(cur: Any, schema: str) -> None:
+    sql = _sql()
+    cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+    if cur.fetchone() is None:
+        lock(cur, schema)
+        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+
+
+def ensure_ledger(cur: Any, schema: str) -> None:
+    """The ledger: one row per committed micro-batch and sink id."""
+    sql = _sql()
+    if existing_columns(cur, schema, LEDGER_TABLE) is not None:
+        return
+    lock(cur, schema, LEDGER_TABLE)
+    cur.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
+            "tables text[] NOT NULL, rows bigint NOT NULL, "
+            "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, batch_id))"
+        ).format(sql.Identifier(schema, LEDGER_TABLE))
+    )
+
+
+def ensure_table(
+    cur: Any,
+    table: TableSchema,
+    columns: Sequence[Column],
+    *,
+    primary_key_columns: Sequence[str],
+    auto_update: bool,
+    with_stage: bool,
+) -> list[Column]:
+    """Make the target (and its staging table) able to take ``columns``.
+
+    Creates the table when missing, adds missing nullable columns, adds the primary key
+    when the table has none; never alters an existing column. Returns the columns with
+    the types they have in the target.
+
+    Raises:
+        DestinationNotFoundError: the table is missing and auto_update is off.
+        OptionError: a column's type conflicts with the table's, or a column is missing
+            and auto_update is off.
+    """
+    sql = _sql()
+    ident = sql.Identifier(table.schema, table.name)
+    lock(cur, table.schema, table.name)
+    existing = existing_columns(cur, table.schema, table.name)
+    if existing is None:
+        if not auto_update:
+            raise DestinationNotFoundError(
+                f"table {table} does not exist; create it or set schema_auto_update=true",
+                location=str(table),
+            )
+        ensure_schema(cur, table.schema)
+        parts = [
+            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns
+        ]
+        if primary_key_columns:
+            parts.append(
+                sql.SQL("PRIMARY KEY ({})").format(
+                    sql.SQL(", ").join(sql.Identifier(c) for c in primary_key_columns)
+                )
+            )
+        cur.execute(sql.SQL("CREATE TABLE {} ({})").format(ident, sql.SQL(", ").join(parts)))
+        existing = {c.name: c.pg_type for c in columns}
+    else:
+        missing = [c for c in columns if c.name not in existing]
+        for col in columns:
+            if col.name in existing and not compatible(col.pg_type, existing[col.name]):
+                raise OptionError(
+                    f"postgresql: column {col.name!r} of table {table} has type "
+                    f"{existing[col.name]}, but the data has {col.pg_type}; cast the column in "
+                    "Spark or write to another table (existing columns are never altered)",
+                    option="table_name",
+                    value=str(table),
+                )
+        if missing and not auto_update:
+            raise OptionError(
+                f"postgresql: table {table} lacks the columns "
+                f"{', '.join(c.name for c in missing)}; add them or set schema_auto_update=true",
+                option="schema_auto_update",
+            )
+        for col in missing:
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                    ident, sql.Identifier(col.name), sql.SQL(col.pg_type)
+                )
+            )
+            existing[col.name] = col.pg_type
+        if primary_key_columns and not primary_key(cur, table.schema, table.name):
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD PRIMARY KEY ({})").format(
+                    ident, sql.SQL(", ").join(sql.Identifier(c) for c in primary_key_columns)
+                )
+            )
+    typed = [Column(c.name, existing[c.name], c.source) for c in columns]
+    if with_stage:
+        _ensure_stage(cur, table, typed)
+    return typed
+
+
+def _ensure_stage(cur: Any, table: TableSchema, columns: Sequence[Column]) -> None:
+    """An UNLOGGED table with the target's column types plus the bookkeeping columns."""
+    sql = _sql()
+    ident = sql.Identifier(table.schema, table.stage)
+    existing = existing_columns(cur, table.schema, table.stage)
+    if existing is None:
+        parts = [
+            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns
+        ]
+        parts += [
+            sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
+            for name, kind in STAGE_COLUMNS
+        ]
+        cur.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident, sql.SQL(", ").join(parts))
+        )
+        cur.execute(sql.SQL("CREATE INDEX ON {} (__qs_sink, __qs_batch)").format(ident))
+        return
+    for col in columns:
+        if col.name not in existing:
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                    ident, sql.Identifier(col.name), sql.SQL(col.pg_type)
+                )
+            )

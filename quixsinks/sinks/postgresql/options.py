@@ -1,0 +1,88 @@
+"""Options of the ``postgresql`` sink (Quix PostgreSQLSink's names, snake_case or camelCase)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from quixsinks.core.errors import OptionError
+from quixsinks.core.options import option
+from quixsinks.core.sink import CommonOptions
+
+__all__ = ["PostgreSQLOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostgreSQLOptions(CommonOptions):
+    sink_name: ClassVar[str] = "postgresql"
+
+    host: str = option("localhost", doc="Server host")
+    port: int = option(5432, minimum=1, doc="Server port")
+    dbname: str = option(doc="Database name")
+    user: str = option("postgres", doc="User name")
+    password: str | None = option(
+        None, secret=True, env="PGPASSWORD", doc="Password (default: the PGPASSWORD variable)"
+    )
+    table_name: str | None = option(None, doc="Target table (give this or table_name_column)")
+    table_name_column: str | None = option(
+        None, doc="Column whose value names each row's table (one table per value)"
+    )
+    schema_name: str = option("public", doc="Schema of the tables (created if missing)")
+    schema_auto_update: bool = option(
+        True, doc="Create missing tables and add missing nullable columns"
+    )
+    connection_timeout_seconds: int = option(30, minimum=1, doc="Connect timeout")
+    statement_timeout_seconds: int = option(
+        30, minimum=0, doc="statement_timeout of every session (0: none)"
+    )
+    primary_key_columns: tuple[str, ...] = option(
+        (), doc="Comma-separated primary key columns (used by upsert and by new tables)"
+    )
+    upsert_on_primary_key: bool = option(
+        False, doc="INSERT ... ON CONFLICT (primary key) DO UPDATE; last row of a key wins"
+    )
+    on_conflict_do_nothing: bool = option(
+        False, doc="INSERT ... ON CONFLICT DO NOTHING: keep the rows already there"
+    )
+    include_metadata: bool = option(
+        True, doc="Add the columns `timestamp` (record time) and `__key` (record key)"
+    )
+    write_mode: Literal["exactly-once", "direct"] = option(
+        "exactly-once",
+        doc="exactly-once: stage, then one driver transaction with a ledger row; direct: "
+        "COPY straight into the table (at-least-once, faster)",
+    )
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = option(
+        "prefer", doc="libpq sslmode"
+    )
+    connect_options: str = option(
+        "", doc="More libpq parameters, 'key=value key=value' (e.g. sslrootcert=/ca.pem)"
+    )
+    max_connections_per_executor: int = option(
+        4, minimum=1, doc="Connections the tasks of one executor machine open at once"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if (self.table_name is None) == (self.table_name_column is None):
+            raise OptionError(
+                "postgresql: give exactly one of 'table_name' and 'table_name_column'",
+                option="table_name",
+            )
+        if self.upsert_on_primary_key and self.on_conflict_do_nothing:
+            raise OptionError(
+                "'upsert_on_primary_key' and 'on_conflict_do_nothing' cannot both be true",
+                option="upsert_on_primary_key",
+            )
+        if self.upsert_on_primary_key and not self.primary_key_columns:
+            raise OptionError(
+                "'upsert_on_primary_key' needs 'primary_key_columns'",
+                option="primary_key_columns",
+            )
+        for part in self.connect_options.split():
+            key, sep, _ = part.partition("=")
+            if not sep or not key:
+                raise OptionError(
+                    f"option 'connect_options': {part.split('=')[0]!r} is not key=value",
+                    option="connect_options",
+                )

@@ -1,0 +1,243 @@
+"""Column types from the Spark schema, DDL, and rows prepared for COPY.
+
+Types come from the DataFrame's schema (its Arrow form), never from a first row:
+
+==========================  ===========================
+Spark / Arrow               PostgreSQL
+==========================  ===========================
+byte, short                 smallint
+int                         integer
+long                        bigint
+float / double              real / double precision
+decimal(p, s)               numeric(p,s)
+string                      text
+binary                      bytea
+boolean                     boolean
+date                        date
+timestamp                   timestamp with time zone (UTC)
+timestamp_ntz               timestamp without time zone
+array, map, struct          jsonb
+==========================  ===========================
+
+Every identifier goes through ``psycopg2.sql.Identifier``; no name is ever pasted
+into SQL text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.core.formats import json_column
+
+__all__ = [
+    "LEDGER_TABLE",
+    "STAGE_COLUMNS",
+    "Column",
+    "TableSchema",
+    "column_plan",
+    "copy_table",
+    "pg_type",
+    "stage_table_name",
+]
+
+LEDGER_TABLE = "_quixsinks_ledger"
+#: bookkeeping columns of a staging table (after the target's own columns)
+STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("__qs_sink", "text"),
+    ("__qs_batch", "bigint"),
+    ("__qs_attempt", "text"),
+    ("__qs_partition", "integer"),
+    ("__qs_seq", "bigserial"),
+)
+METADATA_TIMESTAMP = "timestamp"
+METADATA_KEY = "__key"
+
+
+def pg_type(t: pa.DataType, column: str) -> str:
+    """The PostgreSQL type for an Arrow type, in ``format_type`` spelling."""
+    if pa.types.is_dictionary(t):
+        return pg_type(t.value_type, column)
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
+        return "smallint"
+    if pa.types.is_int32(t) or pa.types.is_uint16(t):
+        return "integer"
+    if pa.types.is_integer(t):
+        return "bigint"
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return "real"
+    if pa.types.is_float64(t):
+        return "double precision"
+    if pa.types.is_decimal(t):
+        return f"numeric({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "bytea"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp with time zone" if t.tz else "timestamp without time zone"
+    if pa.types.is_nested(t) or pa.types.is_null(t):
+        return "jsonb"
+    raise OptionError(
+        f"postgresql: column {column!r} has type {t}, which has no PostgreSQL mapping; "
+        "cast it (e.g. to string) or leave it out with 'value_columns'",
+        option="value_columns",
+        value=column,
+    )
+
+
+# Which existing column types accept our values, per type we would create.
+_ACCEPTS: dict[str, tuple[str, ...]] = {
+    "smallint": ("smallint", "integer", "bigint", "numeric", "real", "double precision"),
+    "integer": ("integer", "bigint", "numeric", "double precision"),
+    "bigint": ("bigint", "numeric"),
+    "real": ("real", "double precision", "numeric"),
+    "double precision": ("double precision", "numeric"),
+    "numeric": ("numeric", "double precision"),
+    "text": ("text", "character varying", "character", "citext", "uuid", "json", "jsonb"),
+    "bytea": ("bytea",),
+    "boolean": ("boolean",),
+    "date": ("date", "timestamp with time zone", "timestamp without time zone"),
+    "timestamp with time zone": ("timestamp with time zone",),
+    "timestamp without time zone": ("timestamp without time zone",),
+    "jsonb": ("jsonb", "json", "text"),
+}
+
+
+def compatible(ours: str, existing: str) -> bool:
+    """Whether an existing column of type ``existing`` takes the values we write."""
+    base = ours.split("(")[0]
+    existing_base = existing.split("(")[0]
+    return existing_base in _ACCEPTS.get(base, (base,))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a target table and where its values come from."""
+
+    name: str
+    pg_type: str
+    source: str  # "value", "timestamp" (record time) or "key" (record key)
+
+
+def column_plan(
+    values: pa.Schema,
+    key_type: pa.DataType | None,
+    *,
+    include_metadata: bool,
+    exclude: Iterable[str] = (),
+) -> list[Column]:
+    """The target columns for a batch: metadata first (as Quix), then the value columns."""
+    skip = set(exclude)
+    columns: list[Column] = []
+    if include_metadata:
+        columns.append(Column(METADATA_TIMESTAMP, "timestamp with time zone", "timestamp"))
+        key_pg = "text" if key_type is None else pg_type(key_type, METADATA_KEY)
+        columns.append(Column(METADATA_KEY, "text" if key_pg == "jsonb" else key_pg, "key"))
+    for field in values:
+        if field.name in skip:
+            continue
+        if include_metadata and field.name in (METADATA_TIMESTAMP, METADATA_KEY):
+            raise OptionError(
+                f"postgresql: value column {field.name!r} clashes with the metadata column of "
+                "the same name; rename it or set include_metadata=false",
+                option="include_metadata",
+            )
+        columns.append(Column(field.name, pg_type(field.type, field.name), "value"))
+    return columns
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A target table's identity (schema, name) and the name of its staging table."""
+
+    schema: str
+    name: str
+
+    @property
+    def stage(self) -> str:
+        return stage_table_name(self.schema, self.name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+def stage_table_name(schema: str, table: str) -> str:
+    digest = hashlib.sha1(f"{schema}\x00{table}".encode()).hexdigest()[:20]
+    return f"_quixsinks_stage_{digest}"
+
+
+def _sql_text(column: pa.Array, pg: str) -> pa.Array:
+    """A column as COPY (CSV) will read it for a column of type ``pg``."""
+    t = column.type
+    if pg == "jsonb":
+        return pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
+    if pg == "bytea":
+        hexed = [None if v is None else "\\x" + bytes(v).hex() for v in column.to_pylist()]
+        return pa.array(hexed, pa.string())
+    if pa.types.is_dictionary(t):
+        return column.dictionary_decode()
+    return column
+
+
+def copy_table(
+    batch: SinkBatch,
+    columns: Sequence[Column],
+    rows: pa.Array | None = None,
+    stage_values: Sequence[Any] | None = None,
+) -> pa.Table:
+    """The Arrow table whose CSV COPY fills ``columns`` (and the staging columns).
+
+    Args:
+        rows: indices of the batch's rows to take (one table of a table_name_column).
+        stage_values: (sink id, batch id, attempt id, partition) for a staging table.
+    """
+    values = batch.values()
+    out: dict[str, pa.Array] = {}
+    for col in columns:
+        if col.source == "timestamp":
+            array = pc.cast(batch.timestamps_ms(), pa.timestamp("ms", "UTC"))
+        elif col.source == "key":
+            array = batch.keys()
+        else:
+            array = values.column(col.name).combine_chunks()
+        if rows is not None:
+            array = array.take(rows)
+        out[col.name] = _sql_text(array, col.pg_type)
+    n = batch.num_rows if rows is None else len(rows)
+    if stage_values is not None:
+        for (name, _), value in zip(STAGE_COLUMNS[:4], stage_values, strict=True):
+            out[name] = pa.array([value] * n) if n else pa.array([], pa.string())
+    return pa.table(out)
+
+
+def check_not_null(batch: SinkBatch, columns: Sequence[Column], required: Sequence[str]) -> None:
+    """Raise RecordError for a null in a primary key column."""
+    by_name = {c.name: c for c in columns}
+    for name in required:
+        col = by_name[name]
+        if col.source == "timestamp":
+            array = batch.timestamps_ms()
+        elif col.source == "key":
+            array = batch.keys()
+        else:
+            array = batch.values().column(name)
+        if array.null_count:
+            first = pc.index(pc.is_null(array), True).as_py()
+            raise RecordError(
+                f"postgresql: primary key column {name!r} is null in row {first} of "
+                f"partition {batch.partition_id}; a primary key cannot be null",
+                column=name,
+                row=first,
+            )

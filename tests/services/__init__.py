@@ -1,0 +1,1 @@
+"""Launchers for the real servers the integration tests run against (see README.md)."""
