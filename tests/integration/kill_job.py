@@ -1,14 +1,17 @@
-"""A streaming job for the driver-kill test: file source -> `file` (JSON) and `csvfile`.
+"""A streaming job for the driver-kill test: file source -> `file`, `csvfile`, `postgresql`.
 
 Run as a script; the test kills its whole process group (driver, JVM, Python workers)
 at random moments and starts it again from the same checkpoints.
 
     python kill_job.py IN OUT_DIR OUT_CSV CHECKPOINTS [--available-now]
+
+The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -31,12 +34,18 @@ def main() -> None:
     quixsinks.register(spark)
     df = stream_from(spark, __import__("pathlib").Path(args.input))
     queries = []
-    for fmt, path in (("file", args.out_dir), ("csvfile", args.out_csv)):
-        writer = (
-            df.writeStream.format(fmt)
-            .option("path", path)
-            .option("checkpointLocation", os.path.join(args.checkpoints, fmt))
+    sinks: dict[str, dict[str, str]] = {
+        "file": {"path": args.out_dir},
+        "csvfile": {"path": args.out_csv},
+    }
+    if os.environ.get("QUIXSINKS_KILL_PG"):
+        sinks["postgresql"] = json.loads(os.environ["QUIXSINKS_KILL_PG"])
+    for fmt, options in sinks.items():
+        writer = df.writeStream.format(fmt).option(
+            "checkpointLocation", os.path.join(args.checkpoints, fmt)
         )
+        for key, value in options.items():
+            writer = writer.option(key, value)
         writer = (
             writer.trigger(availableNow=True)
             if args.available_now
