@@ -1,0 +1,203 @@
+"""The postgresql sink without a server: options, type mapping, error translation."""
+
+from __future__ import annotations
+
+import pickle
+
+import psycopg2
+import psycopg2.errors
+import pyarrow as pa
+import pytest
+
+from quixsinks.core.errors import (
+    DestinationAccessDeniedError,
+    DestinationError,
+    DestinationNotFoundError,
+    OptionError,
+    RecordError,
+    RetryableError,
+)
+from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink
+from quixsinks.sinks.postgresql.client import translate
+from quixsinks.sinks.postgresql.schema import column_plan, compatible, pg_type, stage_table_name
+
+BASE = {"dbname": "db", "table_name": "t"}
+
+
+def options(**extra: str) -> PostgreSQLOptions:
+    return PostgreSQLOptions.from_options({**BASE, **extra})
+
+
+def test_table_name_or_table_name_column_is_required() -> None:
+    with pytest.raises(OptionError, match="exactly one of 'table_name' and 'table_name_column'"):
+        PostgreSQLOptions.from_options({"dbname": "db"})
+
+
+def test_both_table_options_together_are_an_error() -> None:
+    with pytest.raises(OptionError):
+        options(table_name_column="kind")
+
+
+def test_upsert_needs_primary_key_columns() -> None:
+    with pytest.raises(OptionError) as error:
+        options(upsert_on_primary_key="true")
+    assert error.value.option == "primary_key_columns"
+
+
+def test_upsert_and_do_nothing_exclude_each_other() -> None:
+    with pytest.raises(OptionError, match="cannot both be true"):
+        options(
+            primary_key_columns="id", upsert_on_primary_key="true", on_conflict_do_nothing="true"
+        )
+
+
+def test_connect_options_must_be_key_value_pairs() -> None:
+    with pytest.raises(OptionError) as error:
+        options(connect_options="sslrootcert=/ca.pem oops")
+    assert error.value.option == "connect_options"
+
+
+def test_password_comes_from_pgpassword(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGPASSWORD", "from-env")
+    assert options().password == "from-env"
+    assert options(password="given").password == "given"
+
+
+def test_password_is_not_in_the_repr_or_the_redacted_view() -> None:
+    opts = options(password="s3cret-value")
+    assert "s3cret-value" not in repr(opts)
+    assert "s3cret-value" not in repr(PostgreSQLSink(opts))
+    assert opts.redacted()["password"] == "***"
+
+
+def test_options_and_sink_pickle_round_trip() -> None:
+    sink = PostgreSQLSink(options(password="p"))
+    sink.prepare(pa.schema([("id", pa.int64())]))
+    copy = pickle.loads(pickle.dumps(sink))
+    assert copy.options == sink.options
+    assert copy.columns == sink.columns
+
+
+@pytest.mark.parametrize(
+    ("arrow", "expected"),
+    [
+        (pa.int8(), "smallint"),
+        (pa.int16(), "smallint"),
+        (pa.int32(), "integer"),
+        (pa.int64(), "bigint"),
+        (pa.float32(), "real"),
+        (pa.float64(), "double precision"),
+        (pa.decimal128(12, 3), "numeric(12,3)"),
+        (pa.string(), "text"),
+        (pa.large_string(), "text"),
+        (pa.binary(), "bytea"),
+        (pa.bool_(), "boolean"),
+        (pa.date32(), "date"),
+        (pa.timestamp("us", "UTC"), "timestamp with time zone"),
+        (pa.timestamp("us"), "timestamp without time zone"),
+        (pa.list_(pa.int64()), "jsonb"),
+        (pa.struct([("a", pa.int64())]), "jsonb"),
+        (pa.map_(pa.string(), pa.int64()), "jsonb"),
+    ],
+)
+def test_spark_types_map_to_postgresql_types(arrow: pa.DataType, expected: str) -> None:
+    assert pg_type(arrow, "c") == expected
+
+
+def test_an_unmappable_type_is_an_option_error() -> None:
+    with pytest.raises(OptionError, match="'c' has type duration"):
+        pg_type(pa.duration("s"), "c")
+
+
+@pytest.mark.parametrize(
+    ("ours", "existing", "ok"),
+    [
+        ("integer", "bigint", True),
+        ("bigint", "integer", False),
+        ("text", "character varying", True),
+        ("text", "integer", False),
+        ("numeric(10,2)", "numeric(12,4)", True),
+        ("jsonb", "json", True),
+        ("timestamp with time zone", "timestamp without time zone", False),
+    ],
+)
+def test_type_compatibility_with_existing_columns(ours: str, existing: str, ok: bool) -> None:
+    assert compatible(ours, existing) is ok
+
+
+def test_metadata_columns_come_first_and_value_names_may_not_clash() -> None:
+    plan = column_plan(pa.schema([("v", pa.int64())]), pa.binary(), include_metadata=True)
+    assert [(c.name, c.pg_type, c.source) for c in plan] == [
+        ("timestamp", "timestamp with time zone", "timestamp"),
+        ("__key", "bytea", "key"),
+        ("v", "bigint", "value"),
+    ]
+    with pytest.raises(OptionError, match="clashes with the metadata column"):
+        column_plan(pa.schema([("__key", pa.int64())]), None, include_metadata=True)
+
+
+def test_staging_table_names_are_safe_and_distinct() -> None:
+    a, b = stage_table_name("public", 'x"; drop'), stage_table_name("other", 'x"; drop')
+    assert a != b
+    assert a.replace("_", "").isalnum()
+
+
+class _Coded(psycopg2.DatabaseError):
+    def __init__(self, code: str) -> None:
+        super().__init__(f"error {code}")
+        self._code = code
+
+    @property
+    def pgcode(self) -> str:  # psycopg2's attribute is read-only
+        return self._code
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("28P01", DestinationAccessDeniedError),
+        ("42501", DestinationAccessDeniedError),
+        ("3D000", DestinationNotFoundError),
+        ("42P01", DestinationNotFoundError),
+        ("40001", RetryableError),
+        ("40P01", RetryableError),
+        ("08006", RetryableError),
+        ("57P01", RetryableError),
+        ("53300", RetryableError),
+        ("57014", RetryableError),
+        ("22001", RecordError),
+        ("23505", RecordError),
+        ("22P02", RecordError),
+        ("42601", DestinationError),
+    ],
+)
+def test_sqlstates_translate_to_what_the_caller_can_do(code: str, expected: type) -> None:
+    translated = translate(_Coded(code), "pg://host/db")
+    assert type(translated) is expected
+    assert translated.message.startswith("pg://host/db: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('FATAL:  password authentication failed for user "u"', DestinationAccessDeniedError),
+        ('FATAL:  database "nope" does not exist', DestinationNotFoundError),
+        ("connection to server at 127.0.0.1, port 1 failed: Connection refused", RetryableError),
+    ],
+)
+def test_connection_failures_without_sqlstate_are_classified(text: str, expected: type) -> None:
+    translated = translate(psycopg2.OperationalError(text), "pg://h/db", connecting=True)
+    assert type(translated) is expected
+
+
+def test_every_psycopg2_error_class_translates_to_a_quixsinks_error() -> None:
+    """A new psycopg2 error class must not slip through the translation untyped."""
+    classes = {
+        cls
+        for cls in vars(psycopg2.errors).values()
+        if isinstance(cls, type) and issubclass(cls, psycopg2.Error)
+    }
+    for cls in classes:
+        assert isinstance(
+            translate(cls("x"), "pg"), DestinationError | RetryableError | RecordError
+        ), cls
