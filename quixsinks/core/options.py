@@ -105,6 +105,8 @@ class OptionSpec:
             return str(self.default).lower()
         if isinstance(self.default, tuple):
             return ",".join(self.default) if self.default else "empty"
+        if self.default == "":
+            return "empty"
         return str(self.default)
 
 
