@@ -331,3 +331,20 @@ def test_streaming_upsert_of_json_values(spark: Any, pg: dict[str, Any], tmp_pat
     assert [k for k, _ in rows] == [f"k{i}" for i in range(7)]
     # the last id of each key within its micro-batch (key = id % 7, 10 rows per batch)
     assert dict(rows) == {f"k{k}": max(i for i in range(10, 20) if i % 7 == k) for k in range(7)}
+
+
+def test_direct_mode_upsert_absorbs_a_repeated_write_per_table(
+    spark: Any, pg: dict[str, Any]
+) -> None:
+    df = spark.sql("SELECT * FROM VALUES ('a', 1, 'x'), ('b', 2, 'y') AS t(kind, id, v)")
+    options = {
+        "table_name_column": "kind",
+        "primary_key_columns": "id",
+        "upsert_on_primary_key": "true",
+        "write_mode": "direct",
+        "include_metadata": "false",
+    }
+    write(df, pg, **options)
+    write(df, pg, **options)
+    assert query(pg, "SELECT id, v FROM a") == [(1, "x")]
+    assert query(pg, "SELECT id, v FROM b") == [(2, "y")]

@@ -18,7 +18,9 @@ absorbs the repeat).
 
 from __future__ import annotations
 
+import contextlib
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -152,29 +154,24 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             _ENSURED[key] = typed
         return typed
 
-    class _Session:
-        def __init__(self, sink: PostgreSQLSink) -> None:
-            self.sink = sink
-
-        def __enter__(self) -> Any:
-            self.conn = connect(self.sink.options)
-            return self.conn.cursor()
-
-        def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-            psycopg2 = import_psycopg2()
-            try:
-                if kind is None:
-                    self.conn.commit()
-                else:
-                    self.conn.rollback()
-            finally:
-                self.conn.close()
-            if isinstance(error, psycopg2.Error):
-                raise translate(error, describe(self.sink.options)) from error
-
-    def _session(self) -> PostgreSQLSink._Session:
-        """A connection for one transaction: commit on success, translate errors."""
-        return PostgreSQLSink._Session(self)
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Any]:
+        """A cursor on a new connection for one transaction: commit on success, roll back
+        and translate psycopg2's error on failure, close in any case."""
+        psycopg2 = import_psycopg2()
+        conn = connect(self.options)
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except psycopg2.Error as exc:
+            conn.rollback()
+            raise translate(exc, describe(self.options)) from exc
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
 
     # ------------------------------------------------------------------ executor
 
@@ -267,7 +264,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         target = table.stage if staging else table.name
         if not staging and self._needs_conflict_clause():
             # direct upsert/do-nothing: through a temporary table and INSERT ... ON CONFLICT
-            temp = sql.Identifier("_quixsinks_direct")
+            temp = sql.Identifier(table.stage.replace("_stage_", "_direct_"))
             cur.execute(
                 sql.SQL(
                     "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS) "
