@@ -285,6 +285,7 @@ def _is_postmaster_of(pid: int, datadir: Path) -> bool:
 
 def main() -> None:
     """Start a server, print how to reach it, keep it until Ctrl-C (or SIGTERM)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     started = time.monotonic()
     with PostgresServer() as server:
