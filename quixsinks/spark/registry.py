@@ -27,6 +27,7 @@ logger = logging.getLogger("quixsinks.registry")
 BUILTIN_SINKS: dict[str, str] = {
     "csvfile": "quixsinks.sinks.csvfile:CSVFileDataSource",
     "file": "quixsinks.sinks.file:FileDataSource",
+    "influxdb3": "quixsinks.sinks.influxdb3:InfluxDB3DataSource",
     "postgresql": "quixsinks.sinks.postgresql:PostgreSQLDataSource",
 }
 

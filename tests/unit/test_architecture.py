@@ -119,6 +119,7 @@ def minimal_options(name: str, tmp_path: Path) -> dict[str, str]:
         "file": {"path": str(tmp_path / "out")},
         "csvfile": {"path": str(tmp_path / "out.csv")},
         "postgresql": {"dbname": "db", "table_name": "t", "password": "secret"},
+        "influxdb3": {"host": "http://127.0.0.1:1", "database": "db", "measurement": "m"},
     }[name]
 
 
@@ -137,7 +138,11 @@ def test_sink_options_pickle(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(builtin_sinks()))
 def test_sink_pickles_after_prepare(name: str, tmp_path: Path) -> None:
     sink = built_sink(name, tmp_path)
-    sink.prepare(pa.schema([("key", pa.string()), ("v", pa.int64())]))
+    sink.prepare(
+        pa.schema(
+            [("key", pa.string()), ("timestamp", pa.timestamp("us", "UTC")), ("v", pa.int64())]
+        )
+    )
     copy = pickle.loads(pickle.dumps(sink))
     assert type(copy) is type(sink)
     assert (copy.options, copy.records, copy.overwrite) == (sink.options, sink.records, False)

@@ -1,0 +1,259 @@
+"""InfluxDB line protocol built from Arrow columns, vectorised (no per-row Python).
+
+    measurement[,tag=value...] field=value[,field=value...] timestamp
+
+* measurement: commas and spaces escaped; tag keys, tag values and field keys: commas,
+  equals signs and spaces escaped; string field values: quoted, with ``"`` and ``\\``
+  escaped. A newline in a measurement, tag or field key is a RecordError (the protocol
+  has no escape for it).
+* tags sorted by key; a null or empty tag value leaves the tag out of that line.
+* fields: integers ``12i`` (unsigned ``12u``), floats, ``true``/``false``, strings;
+  a null field is left out; a line with no field at all is counted and not sent.
+* NaN and infinity cannot be written: a RecordError, or, with ``invalid_floats=drop``,
+  the field is left out of that line.
+* the timestamp is an integer in the chosen precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quixsinks.core.errors import OptionError, RecordError
+
+__all__ = ["LineProtocol", "Precision", "escape", "field_text", "timestamps"]
+
+Precision = Literal["ns", "us", "ms", "s"]
+#: digits of a current epoch time per precision (Quix validates integer times so)
+DIGITS = {"s": 10, "ms": 13, "us": 16, "ns": 19}
+_UNIT = {"s": "s", "ms": "ms", "us": "us", "ns": "ns"}
+_TEMPORAL = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
+
+
+def escape(column: pa.Array, characters: str) -> pa.Array:
+    """Backslash-escape ``characters`` in a string column (one scan when none occurs)."""
+    pattern = "([" + "".join("\\" + c if c in "]\\^-" else c for c in characters) + "])"
+    if not pc.any(pc.match_substring_regex(column, pattern)).as_py():
+        return column
+    return pc.replace_substring_regex(column, pattern, r"\\\1")
+
+
+def _check_no_newline(column: pa.Array, what: str, row_offset: int = 0) -> None:
+    found = pc.match_substring(column, "\n")
+    if pc.any(found).as_py():
+        row = pc.index(found, True).as_py()
+        raise RecordError(
+            f"line protocol cannot carry a newline in a {what} (row {row + row_offset})",
+            row=row + row_offset,
+        )
+
+
+def _as_text(column: pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        from quixsinks.core.formats import decode_utf8
+
+        return decode_utf8(column)
+    return pc.cast(column, pa.string())
+
+
+def field_kind(t: pa.DataType) -> str:
+    """How an Arrow type is written as a field; OptionError for types that cannot be."""
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_unsigned_integer(t):
+        return "uint"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
+        return "string"
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return "string"
+    return "unsupported"
+
+
+def field_text(
+    column: pa.Array,
+    *,
+    ints_to_floats: bool,
+    invalid_floats: Literal["error", "drop"],
+    name: str,
+) -> pa.Array:
+    """Each value as a line-protocol field value; null where the field is left out."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = field_kind(column.type)
+    if kind in ("int", "uint") and ints_to_floats:
+        kind = "float"
+        column = pc.cast(column, pa.float64())
+    if kind == "bool":
+        return pc.if_else(column, "true", "false")
+    if kind == "int":
+        return pc.binary_join_element_wise(pc.cast(column, pa.string()), "i", "")
+    if kind == "uint":
+        return pc.binary_join_element_wise(pc.cast(column, pa.string()), "u", "")
+    if kind == "float":
+        if pa.types.is_decimal(column.type):
+            column = pc.cast(column, pa.float64())
+        finite = pc.is_finite(column)
+        bad = pc.and_(pc.invert(finite), pc.is_valid(column))
+        if pc.any(bad).as_py():
+            if invalid_floats == "error":
+                row = pc.index(bad, True).as_py()
+                raise RecordError(
+                    f"field {name!r} is {column[row].as_py()} in row {row}; line protocol "
+                    "has no NaN or infinity (set invalid_floats=drop to leave such fields out)",
+                    column=name,
+                    row=row,
+                )
+            column = pc.if_else(finite, column, pa.scalar(None, column.type))
+        return pc.cast(column, pa.string())
+    if kind == "string":
+        if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
+            from quixsinks.core.formats import json_column
+
+            return pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
+        text = escape(_as_text(column), '\\"')
+        return pc.binary_join_element_wise('"', text, '"', "")
+    raise OptionError(
+        f"influxdb3: column {name!r} has type {column.type}, which cannot be a field; "
+        "flatten it or serialise it to a string first",
+        option="fields_keys",
+        value=name,
+    )
+
+
+def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array:
+    """Integer times in ``precision`` from a timestamp column, or an integer column checked
+    against the precision's digit count (as Quix does)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    t = column.type
+    if pa.types.is_timestamp(t):
+        unit_rank = ["s", "ms", "us", "ns"]
+        if unit_rank.index(t.unit) > unit_rank.index(precision):
+            column = pc.floor_temporal(column, unit=_TEMPORAL[precision])
+        converted = pc.cast(column, pa.timestamp(_UNIT[precision], t.tz), safe=False)
+        return pc.cast(converted, pa.int64())
+    if pa.types.is_integer(t):
+        digits = pc.utf8_length(pc.cast(pc.abs(column), pa.string()))
+        wrong = pc.and_(pc.not_equal(digits, DIGITS[precision]), pc.is_valid(column))
+        if pc.any(wrong).as_py():
+            row = pc.index(wrong, True).as_py()
+            raise RecordError(
+                f"time {column[row].as_py()} in column {name!r} (row {row}) does not have the "
+                f"{DIGITS[precision]} digits of an epoch time in {precision}; "
+                "set time_precision to match",
+                column=name,
+                row=row,
+            )
+        return pc.cast(column, pa.int64())
+    raise OptionError(
+        f"influxdb3: time column {name!r} has type {t}; it must be a timestamp or an integer "
+        "epoch time",
+        option="time_key",
+        value=name,
+    )
+
+
+@dataclass(frozen=True)
+class LineProtocol:
+    """How to turn a batch's columns into lines; built once on the driver."""
+
+    measurement: str | None
+    measurement_column: str | None
+    tags: tuple[str, ...]
+    fields: tuple[str, ...]
+    precision: Precision = "ms"
+    ints_to_floats: bool = False
+    invalid_floats: Literal["error", "drop"] = "error"
+
+    def lines(
+        self,
+        columns: dict[str, pa.Array],
+        times: pa.Array,
+        rows: int,
+    ) -> tuple[pa.Array, int]:
+        """The lines (string array, each ending in a newline) and the count of rows skipped
+        for having no field. ``columns`` maps tag and field names to their arrays."""
+        if self.measurement_column is not None:
+            names = _as_text(columns[self.measurement_column])
+            if names.null_count or pc.any(pc.equal(names, "")).as_py():
+                raise RecordError(
+                    f"column {self.measurement_column!r} (measurement_column) is null or empty "
+                    "in some row; every line needs a measurement",
+                    column=self.measurement_column,
+                )
+            _check_no_newline(names, "measurement")
+            pieces: list[object] = [escape(names, ", ")]
+        else:
+            assert self.measurement is not None
+            pieces = [self.measurement.replace(",", "\\,").replace(" ", "\\ ")]
+        for tag in sorted(self.tags):
+            text = _as_text(columns[tag])
+            _check_no_newline(text, f"tag value of {tag!r}")
+            present = pc.fill_null(pc.and_kleene(pc.is_valid(text), pc.not_equal(text, "")),
+                                   False)
+            joined = pc.binary_join_element_wise(
+                "," + _escape_literal(tag) + "=", escape(text, ",= "), ""
+            )
+            pieces.append(pc.if_else(present, joined, ""))
+        field_parts = []
+        for name in self.fields:
+            value = field_text(
+                columns[name],
+                ints_to_floats=self.ints_to_floats,
+                invalid_floats=self.invalid_floats,
+                name=name,
+            )
+            part = pc.binary_join_element_wise("," + _escape_literal(name) + "=", value, "")
+            field_parts.append(pc.fill_null(part, ""))
+        if field_parts:
+            all_fields = (
+                pc.binary_join_element_wise(*field_parts, "")
+                if len(field_parts) > 1
+                else field_parts[0]
+            )
+        else:
+            all_fields = pa.array([""] * rows, pa.string())
+        has_field = pc.greater(pc.utf8_length(all_fields), 0)
+        fields_text = pc.utf8_slice_codeunits(all_fields, 1)
+        if times.null_count:
+            row = pc.index(pc.is_null(times), True).as_py()
+            raise RecordError(
+                f"row {row} has no time; every point needs one (set timestamp_column or "
+                "time_key to a column without nulls)",
+                row=row,
+            )
+        time_text = pc.cast(times, pa.string())
+        line = pc.binary_join_element_wise(*pieces, " ", fields_text, " ", time_text, "\n", "")
+        skipped = rows - pc.sum(has_field).as_py() if rows else 0
+        if skipped:
+            line = pc.filter(line, has_field)
+        return line, int(skipped)
+
+
+def _escape_literal(name: str) -> str:
+    if "\n" in name:
+        raise OptionError(f"influxdb3: the name {name!r} contains a newline", value=name)
+    return name.replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
+
+
+def check_names(tags: Sequence[str], fields: Sequence[str]) -> None:
+    overlap = sorted(set(tags) & set(fields))
+    if overlap:
+        raise OptionError(
+            f"influxdb3: {', '.join(map(repr, overlap))} cannot be both a tag and a field; "
+            "remove it from tags_keys or fields_keys",
+            option="tags_keys",
+            value=",".join(overlap),
+        )
