@@ -201,8 +201,7 @@ class LineProtocol:
         for tag in sorted(self.tags):
             text = _as_text(columns[tag])
             _check_no_newline(text, f"tag value of {tag!r}")
-            present = pc.fill_null(pc.and_kleene(pc.is_valid(text), pc.not_equal(text, "")),
-                                   False)
+            present = pc.fill_null(pc.and_kleene(pc.is_valid(text), pc.not_equal(text, "")), False)
             joined = pc.binary_join_element_wise(
                 "," + _escape_literal(tag) + "=", escape(text, ",= "), ""
             )
