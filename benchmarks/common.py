@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -213,6 +213,13 @@ class Case:
         count_rows: after the warm-up run, ``count_rows(path)`` must give the number
             of rows written (default :func:`count_output_rows`); None for sinks that
             write nothing.
+        setup: ``setup(path)`` runs before each run, outside the timing (e.g. create
+            an empty table named after ``path``); None: nothing.
+        cleanup: ``cleanup(path)`` runs after each run (and after the row check),
+            outside the timing (e.g. drop that table); None: nothing.
+        rows: the rows this case writes when it is not the whole input (e.g. a slow
+            row-by-row client timed on a sample); None: ``run_cases``' ``rows``.
+            Its rows/s and ratios use its own row count.
     """
 
     name: str
@@ -220,6 +227,9 @@ class Case:
     description: str = ""
     target: float | None = None
     count_rows: Callable[[str], int] | None = count_output_rows
+    setup: Callable[[str], None] | None = None
+    cleanup: Callable[[str], None] | None = None
+    rows: int | None = None
 
 
 @dataclass
@@ -234,6 +244,7 @@ class CaseResult:
             the floor's run of the same round) and its median: steadier than the best
             on a busy machine, reported for judging noise.
         target, passed: the ratio this case must reach and whether ``ratio_to_floor`` did.
+        rows: the rows the case wrote per run (``Case.rows``, else all of them).
     """
 
     name: str
@@ -249,6 +260,7 @@ class CaseResult:
     median_ratio_to_floor: float | None = None
     target: float | None = None
     passed: bool | None = None
+    rows: int | None = None
 
 
 def select_cases(cases: Sequence[Case], names: str | None, *, floor: str) -> list[Case]:
@@ -267,6 +279,8 @@ def select_cases(cases: Sequence[Case], names: str | None, *, floor: str) -> lis
 
 def _timed(case: Case, df: DataFrame, workdir: Path, run: str) -> tuple[float, str]:
     path = str(workdir / f"{case.name}-{run}")
+    if case.setup is not None:
+        case.setup(path)
     started = time.perf_counter()
     case.write(df, path)
     return time.perf_counter() - started, path
@@ -284,6 +298,14 @@ def _remove(path: str) -> None:
             _remove(os.path.join(parent, sibling))
 
 
+def _cleanup(case: Case, path: str) -> None:
+    try:
+        if case.cleanup is not None:
+            case.cleanup(path)
+    finally:
+        _remove(path)
+
+
 def run_cases(
     df: DataFrame,
     cases: Sequence[Case],
@@ -298,32 +320,39 @@ def run_cases(
 
     Rounds interleave the cases (a, b, c, a, b, c, ...) so that drift of the machine
     hits every case alike. Each run writes into a fresh path that is deleted right
-    after. The best (minimum) time counts; ``ratio_to_floor`` is floor seconds / case
-    seconds, i.e. the case's rows/s as a fraction of the floor's.
+    after (and ``Case.cleanup`` runs). The best (minimum) time counts; ``ratio_to_floor``
+    is the case's rows/s as a fraction of the floor's (= floor seconds / case seconds
+    when both write ``rows`` rows).
     """
     if floor not in {c.name for c in cases}:
         raise ValueError(f"the floor case {floor!r} is not among the cases")
     own_tmp = workdir is None
     base = Path(tempfile.mkdtemp(prefix="quixsinks-bench-")) if workdir is None else workdir
     base.mkdir(parents=True, exist_ok=True)
-    results = {c.name: CaseResult(c.name, c.description, target=c.target) for c in cases}
+    results = {
+        c.name: CaseResult(c.name, c.description, target=c.target, rows=c.rows or rows)
+        for c in cases
+    }
     try:
         for case in cases:
             seconds, path = _timed(case, df, base, "warmup")
             result = results[case.name]
             result.warmup_seconds = seconds
-            if case.count_rows is not None:
-                result.rows_checked = case.count_rows(path)
-                if result.rows_checked != rows:
-                    raise RuntimeError(
-                        f"{case.name}: wrote {result.rows_checked} rows, expected {rows}"
-                    )
-            _remove(path)
+            expected = case.rows or rows
+            try:
+                if case.count_rows is not None:
+                    result.rows_checked = case.count_rows(path)
+                    if result.rows_checked != expected:
+                        raise RuntimeError(
+                            f"{case.name}: wrote {result.rows_checked} rows, expected {expected}"
+                        )
+            finally:
+                _cleanup(case, path)
             log(f"  warm-up {case.name:<16} {seconds:8.2f} s")
         for round_ in range(repeat):
             for case in cases:
                 seconds, path = _timed(case, df, base, f"run{round_}")
-                _remove(path)
+                _cleanup(case, path)
                 results[case.name].seconds.append(seconds)
                 log(f"  run {round_ + 1}/{repeat} {case.name:<16} {seconds:8.2f} s")
     finally:
@@ -331,14 +360,19 @@ def run_cases(
             shutil.rmtree(base, ignore_errors=True)
 
     floor_runs = results[floor].seconds
+    floor_rows = results[floor].rows or rows
     for result in results.values():
         if not result.seconds:
             continue
+        # rows scale: 1 when the case writes as many rows as the floor
+        scale = (result.rows or rows) / floor_rows
         result.best_seconds = min(result.seconds)
         result.median_seconds = statistics.median(result.seconds)
-        result.rows_per_s = rows / result.best_seconds
-        result.ratio_to_floor = min(floor_runs) / result.best_seconds
-        result.round_ratios = [f / s for f, s in zip(floor_runs, result.seconds, strict=True)]
+        result.rows_per_s = (result.rows or rows) / result.best_seconds
+        result.ratio_to_floor = scale * min(floor_runs) / result.best_seconds
+        result.round_ratios = [
+            scale * f / s for f, s in zip(floor_runs, result.seconds, strict=True)
+        ]
         result.median_ratio_to_floor = statistics.median(result.round_ratios)
         if result.target is not None:
             result.passed = result.ratio_to_floor >= result.target
@@ -454,13 +488,26 @@ def _fmt_rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def markdown_table(results: Sequence[CaseResult], *, floor: str) -> str:
-    """The results as a markdown table: case | best s | rows/s | vs floor | target."""
+def markdown_table(
+    results: Sequence[CaseResult],
+    *,
+    floor: str,
+    rows: int | None = None,
+    skipped: Mapping[str, str] | None = None,
+) -> str:
+    """The results as a markdown table: case | best s | rows/s | vs floor | target.
+
+    A case that wrote another number of rows than ``rows`` is labelled with its own;
+    ``skipped`` cases (name -> reason) are listed last, with their reason.
+    """
     lines = [
         "| case | best s | rows/s | vs floor | target |",
         "| --- | ---: | ---: | ---: | --- |",
     ]
     for r in results:
+        label = r.name
+        if rows is not None and r.rows is not None and r.rows != rows:
+            label = f"{r.name} ({r.rows:,} rows)"
         ratio = "" if r.ratio_to_floor is None else f"{r.ratio_to_floor:.2f}"
         if r.name == floor:
             target = "(floor)"
@@ -469,8 +516,10 @@ def markdown_table(results: Sequence[CaseResult], *, floor: str) -> str:
         else:
             target = f">= {r.target:.2f} {'pass' if r.passed else 'FAIL'}"
         lines.append(
-            f"| {r.name} | {r.best_seconds:.2f} | {_fmt_rate(r.rows_per_s)} | {ratio} | {target} |"
+            f"| {label} | {r.best_seconds:.2f} | {_fmt_rate(r.rows_per_s)} | {ratio} | {target} |"
         )
+    for name, reason in (skipped or {}).items():
+        lines.append(f"| {name} | | | | skipped: {reason.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -483,8 +532,14 @@ def write_results(
     results: Sequence[CaseResult],
     floor: str,
     notes: str = "",
+    skipped: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> str:
-    """Write ``<out>/<name>.json`` and ``<out>/<name>.md``; return the markdown."""
+    """Write ``<out>/<name>.json`` and ``<out>/<name>.md``; return the markdown.
+
+    ``skipped`` (case name -> reason) goes into both files; ``extra`` entries are
+    added to the JSON document (and replace the standard entries of the same name).
+    """
     out.mkdir(parents=True, exist_ok=True)
     targeted = [r for r in results if r.target is not None]
     document = {
@@ -495,10 +550,13 @@ def write_results(
         "all_targets_passed": all(r.passed for r in targeted) if targeted else None,
         "cases": {r.name: asdict(r) for r in results},
     }
+    if skipped:
+        document["skipped"] = dict(skipped)
+    document.update(extra or {})
     json_path = out / f"{name}.json"
     json_path.write_text(json.dumps(document, indent=2) + "\n")
 
-    table = markdown_table(results, floor=floor)
+    table = markdown_table(results, floor=floor, rows=info.get("rows"), skipped=skipped)
     setup = (
         f"{info.get('rows', '?'):_} rows, best of {info.get('repeat', '?')} runs after one "
         f"warm-up, {info.get('spark_master', '?')} on {info.get('host_cores')} host cores; "
