@@ -2,9 +2,11 @@
 # Install, from Debian, what the integration tests and benchmarks need when it is missing:
 #   postgresql              server binaries (initdb, pg_ctl) under /usr/lib/postgresql/<ver>/bin
 #   libpostgresql-jdbc-java PostgreSQL JDBC driver (/usr/share/java/postgresql.jar), for benchmarks
-# Idempotent: does nothing (and needs no network) when both are present.
-# The tests never use Debian's own `main` cluster; they start a throwaway one
-# (tests/services/postgres.py). If apt starts `main` on install, it is left alone.
+#   influxdb                InfluxDB 1.x server (/usr/bin/influxd), stand-in for InfluxDB 3
+# Idempotent: does nothing (and needs no network) when all are present.
+# The tests never use Debian's own `main` PostgreSQL cluster nor its `influxdb` service; they
+# start throwaway ones (tests/services/postgres.py, tests/services/influxdb.py). If apt starts
+# either on install, it is left alone (and reported, for influxd).
 set -euo pipefail
 
 die() {
@@ -13,14 +15,17 @@ die() {
 }
 
 have_pg_ctl() { ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }
+have_influxd() { command -v influxd >/dev/null 2>&1 || [[ -x /usr/bin/influxd ]]; }
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+influxd_pids() { pgrep -x influxd 2>/dev/null | sort || true; }
 
 missing=()
 have_pg_ctl || missing+=(postgresql)
 have_pkg libpostgresql-jdbc-java || missing+=(libpostgresql-jdbc-java)
+have_influxd || missing+=(influxdb)
 
 if ((${#missing[@]} == 0)); then
-  echo "tests/services/install.sh: postgresql and libpostgresql-jdbc-java already installed"
+  echo "tests/services/install.sh: postgresql, libpostgresql-jdbc-java and influxdb already installed"
   exit 0
 fi
 
@@ -33,6 +38,7 @@ fi
 log=$(mktemp -t quixsinks-apt.XXXXXX.log)
 trap 'rm -f "$log"' EXIT
 
+influxd_before=$(influxd_pids)
 echo "tests/services/install.sh: installing ${missing[*]} from Debian"
 if ! "${sudo[@]}" apt-get update -qq >"$log" 2>&1 ||
   ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
@@ -43,4 +49,14 @@ fi
 
 have_pg_ctl || die "postgresql installed but no /usr/lib/postgresql/*/bin/pg_ctl found"
 have_pkg libpostgresql-jdbc-java || die "libpostgresql-jdbc-java did not install"
-echo "tests/services/install.sh: done ($(ls -d /usr/lib/postgresql/*/bin | tail -n 1))"
+have_influxd || die "influxdb installed but no influxd found"
+
+# Debian's influxdb postinst may start its own service (0.0.0.0:8086, /var/lib/influxdb) when
+# no policy-rc.d forbids it. The tests do not need it (their servers use free ports); leave it.
+influxd_new=$(comm -13 <(echo "$influxd_before") <(influxd_pids) | tr '\n' ' ')
+if [[ -n "${influxd_new// /}" ]]; then
+  echo "tests/services/install.sh: note: the influxdb package started its service" \
+    "(pid ${influxd_new% }); the tests do not use it, stop it with: service influxdb stop"
+fi
+echo "tests/services/install.sh: done ($(ls -d /usr/lib/postgresql/*/bin | tail -n 1)," \
+  "$(influxd version 2>/dev/null || echo influxd))"

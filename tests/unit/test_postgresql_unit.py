@@ -19,7 +19,14 @@ from quixsinks.core.errors import (
 )
 from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink
 from quixsinks.sinks.postgresql.client import translate
-from quixsinks.sinks.postgresql.schema import column_plan, compatible, pg_type, stage_table_name
+from quixsinks.sinks.postgresql.schema import (
+    TableSchema,
+    column_plan,
+    compatible,
+    pg_type,
+    stage_batch,
+    stage_table_name,
+)
 
 BASE = {"dbname": "db", "table_name": "t"}
 
@@ -136,10 +143,15 @@ def test_metadata_columns_come_first_and_value_names_may_not_clash() -> None:
         column_plan(pa.schema([("__key", pa.int64())]), None, include_metadata=True)
 
 
-def test_staging_table_names_are_safe_and_distinct() -> None:
-    a, b = stage_table_name("public", 'x"; drop'), stage_table_name("other", 'x"; drop')
-    assert a != b
-    assert a.replace("_", "").isalnum()
+def test_staging_table_names_are_safe_short_and_carry_the_batch() -> None:
+    table = TableSchema("public", 'x"; drop')
+    name = stage_table_name("query-1", 42, table, "00003-0-abc")
+    assert name.replace("_", "").isalnum()
+    assert len(name.encode()) <= 63
+    assert stage_batch(name, "query-1") == 42
+    assert stage_batch(name, "query-2") is None
+    assert name != stage_table_name("query-1", 42, TableSchema("other", 'x"; drop'), "00003-0-abc")
+    assert name != stage_table_name("query-1", 42, table, "00003-1-abc")
 
 
 class _Coded(psycopg2.DatabaseError):

@@ -245,9 +245,9 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         client = _CLIENTS.get(self.options)
         if client is None:
             module = import_client()
-            from influxdb_client_3.write_client.client.write_api import WriteOptions, WriteType
-
             opts = self.options
+            # No write_client_options: its WriteOptions would switch on batching with
+            # client-side retries; the defaults are synchronous and retry nothing.
             client = module.InfluxDBClient3(
                 host=opts.host,
                 token=opts.token,
@@ -255,13 +255,9 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
                 org=opts.organization_id or None,
                 enable_gzip=opts.enable_gzip,
                 gzip_threshold=0,
-                timeout=opts.request_timeout_ms,
                 write_timeout=opts.request_timeout_ms,
                 verify_ssl=opts.verify_ssl,
                 debug=opts.debug,
-                write_client_options={
-                    "write_options": WriteOptions(write_type=WriteType.synchronous, max_retries=0)
-                },
             )
             _CLIENTS[opts] = client
         return client

@@ -117,7 +117,9 @@ def connect(options: PostgreSQLOptions) -> Any:
         "connect_timeout": options.connection_timeout_seconds,
         "sslmode": options.sslmode,
         "application_name": "quixsinks",
-        "options": f"-c statement_timeout={options.statement_timeout_seconds * 1000}",
+        # UTC sessions: timestamps are sent as naive UTC text (much faster to produce)
+        "options": f"-c statement_timeout={options.statement_timeout_seconds * 1000} "
+        "-c timezone=UTC",
     }
     if options.password is not None:
         params["password"] = options.password

@@ -12,9 +12,9 @@ from typing import Any
 
 from quixsinks.core.errors import DestinationNotFoundError, OptionError
 
-from .schema import LEDGER_TABLE, STAGE_COLUMNS, Column, TableSchema, compatible
+from .schema import LEDGER_TABLE, Column, TableSchema, compatible
 
-__all__ = ["ensure_ledger", "ensure_table", "existing_columns", "primary_key"]
+__all__ = ["ensure_ledger", "ensure_table", "existing_columns", "primary_key", "stage_tables"]
 
 
 def _sql() -> Any:
@@ -98,9 +98,8 @@ def ensure_table(
     *,
     primary_key_columns: Sequence[str],
     auto_update: bool,
-    with_stage: bool,
 ) -> list[Column]:
-    """Make the target (and its staging table) able to take ``columns``.
+    """Make the target able to take ``columns``.
 
     Creates the table when missing, adds missing nullable columns, adds the primary key
     when the table has none; never alters an existing column. Returns the columns with
@@ -163,34 +162,14 @@ def ensure_table(
                     ident, sql.SQL(", ").join(sql.Identifier(c) for c in primary_key_columns)
                 )
             )
-    typed = [Column(c.name, existing[c.name], c.source) for c in columns]
-    if with_stage:
-        _ensure_stage(cur, table, typed)
-    return typed
+    return [Column(c.name, existing[c.name], c.source) for c in columns]
 
 
-def _ensure_stage(cur: Any, table: TableSchema, columns: Sequence[Column]) -> None:
-    """An UNLOGGED table with the target's column types plus the bookkeeping columns."""
-    sql = _sql()
-    ident = sql.Identifier(table.schema, table.stage)
-    existing = existing_columns(cur, table.schema, table.stage)
-    if existing is None:
-        parts = [
-            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns
-        ]
-        parts += [
-            sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
-            for name, kind in STAGE_COLUMNS
-        ]
-        cur.execute(
-            sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident, sql.SQL(", ").join(parts))
-        )
-        cur.execute(sql.SQL("CREATE INDEX ON {} (__qs_sink, __qs_batch)").format(ident))
-        return
-    for col in columns:
-        if col.name not in existing:
-            cur.execute(
-                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-                    ident, sql.Identifier(col.name), sql.SQL(col.pg_type)
-                )
-            )
+def stage_tables(cur: Any, schema: str, prefix: str) -> list[str]:
+    """Names of the tables in ``schema`` starting with ``prefix`` (a sink's staging tables)."""
+    cur.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND left(c.relname, %s) = %s",
+        (schema, len(prefix), prefix),
+    )
+    return [row[0] for row in cur.fetchall()]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,24 +38,19 @@ from quixsinks.core.formats import json_column
 
 __all__ = [
     "LEDGER_TABLE",
-    "STAGE_COLUMNS",
+    "ROW_COLUMN",
     "Column",
     "TableSchema",
     "column_plan",
     "copy_table",
     "pg_type",
+    "stage_prefix",
     "stage_table_name",
 ]
 
 LEDGER_TABLE = "_quixsinks_ledger"
-#: bookkeeping columns of a staging table (after the target's own columns)
-STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("__qs_sink", "text"),
-    ("__qs_batch", "bigint"),
-    ("__qs_attempt", "text"),
-    ("__qs_partition", "integer"),
-    ("__qs_seq", "bigserial"),
-)
+#: row order within a staging table (upsert only: the last row of a key wins)
+ROW_COLUMN = "__qs_row"
 METADATA_TIMESTAMP = "timestamp"
 METADATA_KEY = "__key"
 
@@ -160,22 +154,37 @@ def column_plan(
 
 @dataclass(frozen=True)
 class TableSchema:
-    """A target table's identity (schema, name) and the name of its staging table."""
+    """A target table's identity: schema and name."""
 
     schema: str
     name: str
-
-    @property
-    def stage(self) -> str:
-        return stage_table_name(self.schema, self.name)
 
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}"
 
 
-def stage_table_name(schema: str, table: str) -> str:
-    digest = hashlib.sha1(f"{schema}\x00{table}".encode()).hexdigest()[:20]
-    return f"_quixsinks_stage_{digest}"
+def _digest(text: str, length: int) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:length]
+
+
+def stage_prefix(sink_id: str) -> str:
+    """Every staging table of a sink starts with this (then ``<batch id>_``)."""
+    return f"_qs_{_digest(sink_id, 10)}_"
+
+
+def stage_table_name(sink_id: str, batch_id: int, table: TableSchema, attempt_id: str) -> str:
+    """The staging table of one task attempt for one target table (at most 63 bytes)."""
+    target = _digest(f"{table.schema}\x00{table.name}", 8)
+    return f"{stage_prefix(sink_id)}{batch_id}_{target}_{_digest(attempt_id, 8)}"
+
+
+def stage_batch(name: str, sink_id: str) -> int | None:
+    """The batch id in a staging table's name, if it belongs to ``sink_id``."""
+    prefix = stage_prefix(sink_id)
+    if not name.startswith(prefix):
+        return None
+    head = name[len(prefix) :].split("_", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _sql_text(column: pa.Array, pg: str) -> pa.Array:
@@ -188,6 +197,10 @@ def _sql_text(column: pa.Array, pg: str) -> pa.Array:
         return pa.array(hexed, pa.string())
     if pa.types.is_dictionary(t):
         return column.dictionary_decode()
+    if pa.types.is_timestamp(t) and t.tz:
+        # the same instant without its zone: Arrow writes naive timestamps to CSV much
+        # faster, and the sink's sessions run with timezone=UTC
+        return pc.cast(pc.cast(column, pa.timestamp(t.unit, "UTC")), pa.timestamp(t.unit))
     return column
 
 
@@ -195,13 +208,13 @@ def copy_table(
     batch: SinkBatch,
     columns: Sequence[Column],
     rows: pa.Array | None = None,
-    stage_values: Sequence[Any] | None = None,
+    first_row: int | None = None,
 ) -> pa.Table:
-    """The Arrow table whose CSV COPY fills ``columns`` (and the staging columns).
+    """The Arrow table whose CSV COPY fills ``columns``.
 
     Args:
         rows: indices of the batch's rows to take (one table of a table_name_column).
-        stage_values: (sink id, batch id, attempt id, partition) for a staging table.
+        first_row: number the rows from here in ROW_COLUMN (upsert staging), or None.
     """
     values = batch.values()
     out: dict[str, pa.Array] = {}
@@ -215,10 +228,9 @@ def copy_table(
         if rows is not None:
             array = array.take(rows)
         out[col.name] = _sql_text(array, col.pg_type)
-    n = batch.num_rows if rows is None else len(rows)
-    if stage_values is not None:
-        for (name, _), value in zip(STAGE_COLUMNS[:4], stage_values, strict=True):
-            out[name] = pa.array([value] * n) if n else pa.array([], pa.string())
+    if first_row is not None:
+        n = batch.num_rows if rows is None else len(rows)
+        out[ROW_COLUMN] = pa.array(range(first_row, first_row + n), pa.int64())
     return pa.table(out)
 
 

@@ -1,15 +1,17 @@
-"""The PostgreSQL sink: COPY into a staging table on executors, one transaction on the driver.
+"""The PostgreSQL sink: COPY into staging tables on executors, one transaction on the driver.
 
 Executor (``write``): the rows of a SinkBatch are converted to CSV by Arrow and loaded
-with ``COPY ... FROM STDIN`` into the target's UNLOGGED staging table, tagged with the
-sink id, the micro-batch id, the task attempt and the Spark partition, in one
-transaction per SinkBatch (a retried write leaves nothing behind).
+with ``COPY ... FROM STDIN`` into an UNLOGGED staging table of this task attempt
+(``_qs_<sink>_<batch>_<target>_<attempt>``, shaped ``LIKE`` the target), in one
+transaction per SinkBatch (a retried write leaves nothing behind). No per-row
+bookkeeping: the table's name says whose rows they are.
 
 Driver (``commit``), one transaction: insert the ledger row ``(sink id, batch id)``
 (``ON CONFLICT DO NOTHING``: if it exists, the batch was committed before and is
 skipped), truncate the target for overwrite, move the winning attempts' rows into the
-target (``INSERT ... SELECT``, with ``ON CONFLICT`` for upsert or do-nothing), delete the
-batch's staged rows, including those of failed attempts. Either all of it happens or none.
+target (``INSERT ... SELECT ... UNION ALL``, with ``ON CONFLICT`` for upsert or
+do-nothing), and drop the batch's staging tables, those of failed attempts included.
+Either all of it happens or none.
 
 ``write_mode=direct`` skips staging: each SinkBatch is COPYed straight into the target
 (at-least-once: a replayed micro-batch is written again, unless upsert or do-nothing
@@ -19,6 +21,7 @@ absorbs the repeat).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,11 +40,15 @@ from .client import ConnectionSlot, connect, describe, import_psycopg2, translat
 from .options import PostgreSQLOptions
 from .schema import (
     LEDGER_TABLE,
+    ROW_COLUMN,
     Column,
     TableSchema,
     check_not_null,
     column_plan,
     copy_table,
+    stage_batch,
+    stage_prefix,
+    stage_table_name,
 )
 
 __all__ = ["PostgreSQLSink", "StagedRows"]
@@ -53,9 +60,9 @@ _ENSURED: dict[tuple[Any, ...], list[Column]] = {}
 
 @dataclass
 class StagedRows:
-    """What one write staged: rows per target table."""
+    """What one write staged: per target table, its staging table and the rows in it."""
 
-    tables: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
@@ -148,7 +155,6 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 columns,
                 primary_key_columns=self.options.primary_key_columns,
                 auto_update=self.options.schema_auto_update,
-                with_stage=self.options.write_mode == "exactly-once",
             )
             cur.connection.commit()
             _ENSURED[key] = typed
@@ -213,8 +219,9 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 # DDL first (it commits), then every COPY of this batch in one transaction
                 typed = {name: self._ensure(cur, name, columns) for name, _ in targets}
                 for table_name, rows in targets:
-                    self._copy(cur, batch, table_name, typed[table_name], rows)
-                    staged.tables[table_name] = len(rows) if rows is not None else batch.num_rows
+                    stage = self._copy(cur, batch, table_name, typed[table_name], rows)
+                    count = len(rows) if rows is not None else batch.num_rows
+                    staged.tables[table_name] = (stage, count)
             conn.commit()
         except psycopg2.Error as exc:
             conn.rollback()
@@ -249,36 +256,54 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         table_name: str,
         columns: list[Column],
         rows: pa.Array | None,
-    ) -> None:
+    ) -> str:
+        """COPY the rows into this attempt's staging table (or the target); its name."""
         sql = import_psycopg2().sql
         table = self._table(table_name)
-        staging = self.options.write_mode == "exactly-once"
-        ctx = batch.context
-        data = copy_table(
-            batch,
-            columns,
-            rows,
-            (ctx.sink_id, ctx.batch_id, ctx.attempt_id, ctx.partition_id) if staging else None,
-        )
-        names = [sql.Identifier(n) for n in data.column_names]
-        target = table.stage if staging else table.name
-        if not staging and self._needs_conflict_clause():
+        target = sql.Identifier(table.schema, table.name)
+        upsert = self.options.upsert_on_primary_key
+        if self.options.write_mode == "exactly-once":
+            ctx = batch.context
+            stage = stage_table_name(ctx.sink_id, ctx.batch_id, table, ctx.attempt_id)
+            ident = sql.Identifier(table.schema, stage)
+            # one UNLOGGED table per task attempt: no per-row bookkeeping, dropped at commit
+            cur.execute(
+                sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} (LIKE {})").format(ident, target)
+            )
+            first_row = None
+            if upsert:
+                cur.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} bigint").format(
+                        ident, sql.Identifier(ROW_COLUMN)
+                    )
+                )
+                first_row = batch.counters.get("staged_rows", 0)
+            data = copy_table(batch, columns, rows, first_row)
+            batch.count("staged_rows", data.num_rows)
+            self._copy_into(cur, ident, data)
+            return stage
+        data = copy_table(batch, columns, rows)
+        if self._needs_conflict_clause():
             # direct upsert/do-nothing: through a temporary table and INSERT ... ON CONFLICT
-            temp = sql.Identifier(table.stage.replace("_stage_", "_direct_"))
+            temp = sql.Identifier(
+                "_qs_direct_" + hashlib.sha1(str(table).encode()).hexdigest()[:16]
+            )
             cur.execute(
                 sql.SQL(
-                    "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS) "
-                    "ON COMMIT DELETE ROWS"
-                ).format(temp, sql.Identifier(table.schema, table.name))
+                    "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS"
+                ).format(temp, target)
             )
-            self._copy_into(cur, temp, names, data)
-            cur.execute(self._insert_select(table, temp, [c.name for c in columns], None))
-            return
-        self._copy_into(cur, sql.Identifier(table.schema, target), names, data)
+            self._copy_into(cur, temp, data)
+            # partition -1: a source without the row-order column
+            cur.execute(self._insert_select(table, [(temp, -1)], [c.name for c in columns]))
+        else:
+            self._copy_into(cur, target, data)
+        return table.name
 
     @staticmethod
-    def _copy_into(cur: Any, target: Any, names: list[Any], data: pa.Table) -> None:
+    def _copy_into(cur: Any, target: Any, data: pa.Table) -> None:
         sql = import_psycopg2().sql
+        names = [sql.Identifier(n) for n in data.column_names]
         out = pa.BufferOutputStream()
         pa_csv.write_csv(data, out, write_options=_CSV)
         statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
@@ -290,25 +315,27 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         return self.options.upsert_on_primary_key or self.options.on_conflict_do_nothing
 
     def _insert_select(
-        self, table: TableSchema, source: Any, columns: list[str], where: Any
+        self, table: TableSchema, sources: list[tuple[Any, int]], columns: list[str]
     ) -> Any:
-        """INSERT INTO target SELECT from source [WHERE], with the conflict handling asked."""
+        """INSERT INTO target the rows of ``sources`` ((table, partition), in order), with
+        the conflict handling asked for. A partition of -1 marks a source without the
+        row-order column (direct mode's temporary table)."""
         sql = import_psycopg2().sql
         opts = self.options
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-        pk = sql.SQL(", ").join(sql.Identifier(c) for c in opts.primary_key_columns)
-        condition = sql.SQL(" WHERE {}").format(where) if where is not None else sql.SQL("")
-        order = sql.SQL("__qs_partition, __qs_seq") if where is not None else None
+        target = sql.Identifier(table.schema, table.name)
         if opts.upsert_on_primary_key:
-            # last row of each key wins: the latest partition, then the latest row in it
-            latest = (
-                sql.SQL(", __qs_partition DESC, __qs_seq DESC")
-                if where is not None
-                else sql.SQL("")
+            row = sql.Identifier(ROW_COLUMN)
+            union = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {}, {} AS __qs_partition, {} FROM {}").format(
+                    cols,
+                    sql.Literal(partition),
+                    row if partition >= 0 else sql.SQL("0 AS {}").format(row),
+                    source,
+                )
+                for source, partition in sources
             )
-            select = sql.SQL(
-                "SELECT DISTINCT ON ({pk}) {cols} FROM {src}{cond} ORDER BY {pk}{latest}"
-            ).format(pk=pk, cols=cols, src=source, cond=condition, latest=latest)
+            pk = sql.SQL(", ").join(sql.Identifier(c) for c in opts.primary_key_columns)
             updates = [c for c in columns if c not in opts.primary_key_columns]
             action = (
                 sql.SQL("DO UPDATE SET ")
@@ -318,21 +345,18 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 if updates
                 else sql.SQL("DO NOTHING")
             )
-            conflict = sql.SQL(" ON CONFLICT ({}) ").format(pk) + action
-        else:
-            select = sql.SQL("SELECT {cols} FROM {src}{cond}").format(
-                cols=cols, src=source, cond=condition
-            )
-            if order is not None:
-                select += sql.SQL(" ORDER BY ") + order
-            conflict = (
-                sql.SQL(" ON CONFLICT DO NOTHING") if opts.on_conflict_do_nothing else sql.SQL("")
-            )
-        return (
-            sql.SQL("INSERT INTO {} ({}) ").format(sql.Identifier(table.schema, table.name), cols)
-            + select
-            + conflict
+            # the last row of each key wins: the latest partition, then the latest row
+            return sql.SQL(
+                "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({pk}) {cols} FROM ({union}) s "
+                "ORDER BY {pk}, __qs_partition DESC, {row} DESC ON CONFLICT ({pk}) {action}"
+            ).format(target=target, cols=cols, pk=pk, union=union, row=row, action=action)
+        union = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {} FROM {}").format(cols, source) for source, _ in sources
         )
+        conflict = (
+            sql.SQL(" ON CONFLICT DO NOTHING") if opts.on_conflict_do_nothing else sql.SQL("")
+        )
+        return sql.SQL("INSERT INTO {} ({}) ").format(target, cols) + union + conflict
 
     # ------------------------------------------------------------------ driver: commit
 
@@ -340,17 +364,18 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         if self.options.write_mode == "direct":
             return
         sql = import_psycopg2().sql
-        tables: dict[str, int] = {}
-        for receipt in receipts:
-            for staged in receipt.staged:
-                for name, rows in staged.tables.items():
-                    tables[name] = tables.get(name, 0) + rows
-        if self.overwrite and self.options.table_name is not None:
-            tables.setdefault(self.options.table_name, 0)
-        if not tables:
-            return
-        attempts = [r.attempt_id for r in receipts]
         schema = self.options.schema_name
+        # target -> [(staging table, partition)], in partition order; and row counts
+        sources: dict[str, list[tuple[str, int]]] = {}
+        counts: dict[str, int] = {}
+        for receipt in sorted(receipts, key=lambda r: r.partition_id):
+            for staged in receipt.staged:
+                for name, (stage, rows) in staged.tables.items():
+                    if (stage, receipt.partition_id) not in sources.setdefault(name, []):
+                        sources[name].append((stage, receipt.partition_id))
+                    counts[name] = counts.get(name, 0) + rows
+        if self.overwrite and self.options.table_name is not None:
+            sources.setdefault(self.options.table_name, [])
         with self._session() as cur:
             if context.streaming:
                 cur.execute(
@@ -358,7 +383,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                         "INSERT INTO {} (sink_id, batch_id, tables, rows) "
                         "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
                     ).format(sql.Identifier(schema, LEDGER_TABLE)),
-                    (context.sink_id, context.batch_id, sorted(tables), sum(tables.values())),
+                    (context.sink_id, context.batch_id, sorted(sources), sum(counts.values())),
                 )
                 if cur.fetchone() is None:
                     self.logger.info(
@@ -366,55 +391,52 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                         context.batch_id,
                         context.sink_id,
                     )
-                    self._delete_staged(cur, tables, context, None)
+                    self._drop_stages(cur, context, None)
                     return
-            for name in sorted(tables):
+            for name in sorted(sources):
                 table = self._table(name)
                 if self.overwrite:
                     cur.execute(
                         sql.SQL("TRUNCATE {}").format(sql.Identifier(table.schema, table.name))
                     )
-                staged_columns = ddl.existing_columns(cur, table.schema, table.stage) or {}
-                columns = [c for c in staged_columns if not c.startswith("__qs_")]
-                where = sql.SQL("__qs_sink = %s AND __qs_batch = %s AND __qs_attempt = ANY(%s)")
-                cur.execute(
-                    self._insert_select(
-                        table, sql.Identifier(table.schema, table.stage), columns, where
-                    ),
-                    (context.sink_id, context.batch_id, attempts),
-                )
-            self._delete_staged(cur, tables, context, None)
+                if not sources[name]:
+                    continue
+                first = sources[name][0][0]
+                columns = [
+                    c for c in ddl.existing_columns(cur, schema, first) or {} if c != ROW_COLUMN
+                ]
+                tables = [
+                    (sql.Identifier(schema, stage), partition) for stage, partition in sources[name]
+                ]
+                cur.execute(self._insert_select(table, tables, columns))
+            self._drop_stages(cur, context, None)
 
-    def _delete_staged(
-        self, cur: Any, tables: dict[str, int], context: CommitContext, attempts: list[str] | None
-    ) -> None:
-        """Delete this sink's staged rows of this and earlier batches (or of ``attempts``)."""
+    def _drop_stages(self, cur: Any, context: CommitContext, only: list[str] | None) -> None:
+        """Drop this sink's staging tables of this and earlier batches (those of failed
+        task attempts included), or only the tables named in ``only``."""
         sql = import_psycopg2().sql
-        for name in sorted(tables):
-            table = self._table(name)
-            if ddl.existing_columns(cur, table.schema, table.stage) is None:
-                continue
-            stage = sql.Identifier(table.schema, table.stage)
-            if attempts is None:
-                cur.execute(
-                    sql.SQL("DELETE FROM {} WHERE __qs_sink = %s AND __qs_batch <= %s").format(
-                        stage
-                    ),
-                    (context.sink_id, context.batch_id),
+        schema = self.options.schema_name
+        names = ddl.stage_tables(cur, schema, stage_prefix(context.sink_id))
+        doomed = [
+            n
+            for n in names
+            if (
+                n in only
+                if only is not None
+                else (stage_batch(n, context.sink_id) or 0) <= context.batch_id
+            )
+        ]
+        if doomed:
+            cur.execute(
+                sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    sql.SQL(", ").join(sql.Identifier(schema, n) for n in doomed)
                 )
-            else:
-                cur.execute(
-                    sql.SQL(
-                        "DELETE FROM {} WHERE __qs_sink = %s AND __qs_batch = %s "
-                        "AND __qs_attempt = ANY(%s)"
-                    ).format(stage),
-                    (context.sink_id, context.batch_id, attempts),
-                )
+            )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         if self.options.write_mode == "direct":
             return
-        tables = {name: 0 for r in receipts for s in r.staged for name in s.tables}
-        if tables:
+        stages = [stage for r in receipts for s in r.staged for stage, _ in s.tables.values()]
+        if stages:
             with self._session() as cur:
-                self._delete_staged(cur, tables, context, [r.attempt_id for r in receipts])
+                self._drop_stages(cur, context, stages)
