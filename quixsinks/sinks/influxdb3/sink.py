@@ -14,6 +14,8 @@ exactly-once.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import functools
 import json
@@ -44,8 +46,17 @@ from .options import InfluxDB3Options
 
 __all__ = ["InfluxDB3Sink", "translate"]
 
-# One client per process and options (Python workers are reused between tasks).
+# One client per process and options (Python workers are reused between tasks),
+# closed when the process exits.
 _CLIENTS: dict[InfluxDB3Options, Any] = {}
+
+
+@atexit.register
+def _close_clients() -> None:
+    while _CLIENTS:
+        _, client = _CLIENTS.popitem()
+        with contextlib.suppress(Exception):
+            client.close()
 
 
 def import_client() -> Any:
