@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["as_binary", "join_lines"]
+__all__ = ["as_binary", "first_null", "first_true", "join_lines"]
 
 
 def as_binary(array: pa.Array) -> pa.Array:
@@ -38,3 +38,15 @@ def join_lines(array: pa.Array, terminator: bytes = b"\n") -> pa.Buffer:
     )
     start, end = offsets[0].as_py(), offsets[-1].as_py()
     return data.slice(start, end - start)
+
+
+def first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
+    """The index of the first true value of a boolean array (nulls are not true), or None."""
+    if not pc.any(mask).as_py():
+        return None
+    return int(pc.index(mask, True).as_py())
+
+
+def first_null(array: pa.Array | pa.ChunkedArray) -> int | None:
+    """The index of the first null of an array, or None."""
+    return first_true(pc.is_null(array)) if array.null_count else None

@@ -23,6 +23,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quixsinks.core.arrow import first_null, first_true
 from quixsinks.core.errors import OptionError, RecordError
 
 __all__ = ["LineProtocol", "Precision", "escape", "field_text", "timestamps"]
@@ -43,9 +44,8 @@ def escape(column: pa.Array, characters: str) -> pa.Array:
 
 
 def _check_no_newline(column: pa.Array, what: str, row_offset: int = 0) -> None:
-    found = pc.match_substring(column, "\n")
-    if pc.any(found).as_py():
-        row = pc.index(found, True).as_py()
+    row = first_true(pc.match_substring(column, "\n"))
+    if row is not None:
         raise RecordError(
             f"line protocol cannot carry a newline in a {what} (row {row + row_offset})",
             row=row + row_offset,
@@ -106,9 +106,9 @@ def field_text(
             column = pc.cast(column, pa.float64())
         finite = pc.is_finite(column)
         bad = pc.and_(pc.invert(finite), pc.is_valid(column))
-        if pc.any(bad).as_py():
+        row = first_true(bad)
+        if row is not None:
             if invalid_floats == "error":
-                row = pc.index(bad, True).as_py()
                 raise RecordError(
                     f"field {name!r} is {column[row].as_py()} in row {row}; line protocol "
                     "has no NaN or infinity (set invalid_floats=drop to leave such fields out)",
@@ -146,9 +146,8 @@ def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array
         return pc.cast(converted, pa.int64())
     if pa.types.is_integer(t):
         digits = pc.utf8_length(pc.cast(pc.abs(column), pa.string()))
-        wrong = pc.and_(pc.not_equal(digits, DIGITS[precision]), pc.is_valid(column))
-        if pc.any(wrong).as_py():
-            row = pc.index(wrong, True).as_py()
+        row = first_true(pc.and_(pc.not_equal(digits, DIGITS[precision]), pc.is_valid(column)))
+        if row is not None:
             raise RecordError(
                 f"time {column[row].as_py()} in column {name!r} (row {row}) does not have the "
                 f"{DIGITS[precision]} digits of an epoch time in {precision}; "
@@ -226,8 +225,8 @@ class LineProtocol:
             all_fields = pa.array([""] * rows, pa.string())
         has_field = pc.greater(pc.utf8_length(all_fields), 0)
         fields_text = pc.utf8_slice_codeunits(all_fields, 1)
-        if times.null_count:
-            row = pc.index(pc.is_null(times), True).as_py()
+        row = first_null(times)
+        if row is not None:
             raise RecordError(
                 f"row {row} has no time; every point needs one (set timestamp_column or "
                 "time_key to a column without nulls)",

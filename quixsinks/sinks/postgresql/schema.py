@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.formats import json_column
@@ -245,8 +246,8 @@ def check_not_null(batch: SinkBatch, columns: Sequence[Column], required: Sequen
             array = batch.keys()
         else:
             array = batch.values().column(name)
-        if array.null_count:
-            first = pc.index(pc.is_null(array), True).as_py()
+        first = first_null(array)
+        if first is not None:
             raise RecordError(
                 f"postgresql: primary key column {name!r} is null in row {first} of "
                 f"partition {batch.partition_id}; a primary key cannot be null",

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import OptionError, QuixSinksError
 from quixsinks.core.sink import CommitContext, Receipt, Sink
@@ -237,8 +238,8 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             return [(self.options.table_name, None)]
         assert self.options.table_name_column is not None
         names = batch.column(self.options.table_name_column)
-        if names.null_count:
-            row = pc.index(pc.is_null(names), True).as_py()
+        row = first_null(names)
+        if row is not None:
             raise QuixSinksError(
                 f"postgresql: 'table_name_column' {self.options.table_name_column!r} is null "
                 f"in row {row}; every row must name its table"
