@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,12 +26,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 if __package__:
+    from .common import Service, free_port
     from .influx_front import Faults, FrontRequest, InfluxFront
 else:  # run as a script: python tests/services/influxdb.py
+    from common import Service, free_port  # type: ignore[no-redef,import-not-found]
     from influx_front import Faults, FrontRequest, InfluxFront  # type: ignore[no-redef,import-not-found]
 
 INSTALL_HINT = "bash tests/services/install.sh"
@@ -49,15 +49,7 @@ def find_influxd() -> Path:
     return Path(found)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now (another process may still take it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class InfluxServer:
+class InfluxServer(Service):
     """One throwaway InfluxDB 1.x server plus its InfluxDB 3 front: ``start()`` (or ``with``).
 
     `url` and `token` are what an InfluxDB 3 client gets (``host=``, ``token=``);
@@ -137,12 +129,6 @@ class InfluxServer:
         return self._tmp / "influxd.log"
 
     @property
-    def _tmp(self) -> Path:
-        if self.tmpdir is None:
-            raise RuntimeError("InfluxServer is not started")
-        return self.tmpdir
-
-    @property
     def _front(self) -> InfluxFront:
         if self.front is None:
             raise RuntimeError("InfluxServer is not started")
@@ -194,17 +180,6 @@ class InfluxServer:
             finally:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
                 self.tmpdir = None
-
-    def __enter__(self) -> InfluxServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- 1.x helpers ----------------------------------------------------------------------
 

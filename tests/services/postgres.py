@@ -17,14 +17,17 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
+
+if __package__:
+    from .common import Service, free_port
+else:  # run as a script: python tests/services/postgres.py
+    from common import Service, free_port  # type: ignore[no-redef,import-not-found]
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection
@@ -49,15 +52,7 @@ def find_pg_bin(root: Path = PG_ROOT) -> Path:
     return max(bins, key=version)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now (another process may still take it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class PostgresServer:
+class PostgresServer(Service):
     """One throwaway PostgreSQL cluster: ``start()`` it (or use ``with``), then ``stop()``.
 
     The superuser ``postgres`` authenticates with a random password (scram-sha-256), over TCP
@@ -87,12 +82,6 @@ class PostgresServer:
     def logfile(self) -> Path:
         """The server log (inside the temporary directory)."""
         return self._tmp / "server.log"
-
-    @property
-    def _tmp(self) -> Path:
-        if self.tmpdir is None:
-            raise RuntimeError("PostgresServer is not started")
-        return self.tmpdir
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -138,17 +127,6 @@ class PostgresServer:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
             self.pid = None
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- client helpers -------------------------------------------------------------------
 

@@ -1,0 +1,49 @@
+"""What every test service launcher shares: free ports, a temporary directory, `with`."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+__all__ = ["Service", "free_port"]
+
+S = TypeVar("S", bound="Service")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now (another process may still take it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Service:
+    """Base of the launchers: `start()`/`stop()` and their `with` form, and `tmpdir`."""
+
+    tmpdir: Path | None = None
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def _tmp(self) -> Path:
+        if self.tmpdir is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return self.tmpdir
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
