@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,6 +89,21 @@ def field_text(
     name: str,
 ) -> pa.Array:
     """Each value as a line-protocol field value; null where the field is left out."""
+    pieces = field_pieces(
+        column, ints_to_floats=ints_to_floats, invalid_floats=invalid_floats, name=name
+    )
+    return pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, "")
+
+
+def field_pieces(
+    column: pa.Array,
+    *,
+    ints_to_floats: bool,
+    invalid_floats: Literal["error", "drop"],
+    name: str,
+) -> list[Any]:
+    """Pieces (arrays and literals) whose row-wise concatenation is each field value
+    (null where the field is left out); kept apart so a line is built in one join."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     kind = field_kind(column.type)
@@ -96,11 +111,11 @@ def field_text(
         kind = "float"
         column = pc.cast(column, pa.float64())
     if kind == "bool":
-        return pc.if_else(column, "true", "false")
+        return [pc.if_else(column, "true", "false")]
     if kind == "int":
-        return pc.binary_join_element_wise(pc.cast(column, pa.string()), "i", "")
+        return [pc.cast(column, pa.string()), "i"]
     if kind == "uint":
-        return pc.binary_join_element_wise(pc.cast(column, pa.string()), "u", "")
+        return [pc.cast(column, pa.string()), "u"]
     if kind == "float":
         if pa.types.is_decimal(column.type):
             column = pc.cast(column, pa.float64())
@@ -116,14 +131,14 @@ def field_text(
                     row=row,
                 )
             column = pc.if_else(finite, column, pa.scalar(None, column.type))
-        return pc.cast(column, pa.string())
+        return [pc.cast(column, pa.string())]
     if kind == "string":
         if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
             from quixsinks.core.formats import json_column
 
-            return pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
-        text = escape(_as_text(column), '\\"')
-        return pc.binary_join_element_wise('"', text, '"', "")
+            text = json_column(column)
+            return [pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), text)]
+        return ['"', escape(_as_text(column), '\\"'), '"']
     raise OptionError(
         f"influxdb3: column {name!r} has type {column.type}, which cannot be a field; "
         "flatten it or serialise it to a string first",
@@ -200,31 +215,16 @@ class LineProtocol:
         for tag in sorted(self.tags):
             text = _as_text(columns[tag])
             _check_no_newline(text, f"tag value of {tag!r}")
-            present = pc.fill_null(pc.and_kleene(pc.is_valid(text), pc.not_equal(text, "")), False)
-            joined = pc.binary_join_element_wise(
-                "," + _escape_literal(tag) + "=", escape(text, ",= "), ""
-            )
-            pieces.append(pc.if_else(present, joined, ""))
-        field_parts = []
-        for name in self.fields:
-            value = field_text(
-                columns[name],
-                ints_to_floats=self.ints_to_floats,
-                invalid_floats=self.invalid_floats,
-                name=name,
-            )
-            part = pc.binary_join_element_wise("," + _escape_literal(name) + "=", value, "")
-            field_parts.append(pc.fill_null(part, ""))
-        if field_parts:
-            all_fields = (
-                pc.binary_join_element_wise(*field_parts, "")
-                if len(field_parts) > 1
-                else field_parts[0]
-            )
-        else:
-            all_fields = pa.array([""] * rows, pa.string())
-        has_field = pc.greater(pc.utf8_length(all_fields), 0)
-        fields_text = pc.utf8_slice_codeunits(all_fields, 1)
+            key = "," + _escape_literal(tag) + "="
+            escaped = escape(text, ",= ")
+            if text.null_count == 0 and pc.min(pc.utf8_length(text)).as_py() > 0:
+                pieces += [key, escaped]  # every row has the tag: no per-row choice
+            else:
+                present = pc.fill_null(
+                    pc.and_kleene(pc.is_valid(text), pc.not_equal(text, "")), False
+                )
+                joined = pc.binary_join_element_wise(key, escaped, "")
+                pieces.append(pc.if_else(present, joined, ""))
         row = first_null(times)
         if row is not None:
             raise RecordError(
@@ -232,7 +232,40 @@ class LineProtocol:
                 "time_key to a column without nulls)",
                 row=row,
             )
+        field_parts = [
+            field_pieces(
+                columns[name],
+                ints_to_floats=self.ints_to_floats,
+                invalid_floats=self.invalid_floats,
+                name=name,
+            )
+            for name in self.fields
+        ]
         time_text = pc.cast(times, pa.string())
+        if field_parts and all(
+            isinstance(p, str) or p.null_count == 0 for parts in field_parts for p in parts
+        ):
+            # every row has every field: the whole line in one kernel call
+            for index, (name, parts) in enumerate(zip(self.fields, field_parts, strict=True)):
+                pieces += [(" " if index == 0 else ",") + _escape_literal(name) + "=", *parts]
+            line = pc.binary_join_element_wise(*pieces, " ", time_text, "\n", "")
+            return line, 0
+        texts = [
+            parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")
+            for parts in field_parts
+        ]
+        parts = [
+            pc.fill_null(
+                pc.binary_join_element_wise("," + _escape_literal(name) + "=", text, ""), ""
+            )
+            for name, text in zip(self.fields, texts, strict=True)
+        ]
+        if parts:
+            all_fields = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+        else:
+            all_fields = pa.array([""] * rows, pa.string())
+        has_field = pc.greater(pc.utf8_length(all_fields), 0)
+        fields_text = pc.utf8_slice_codeunits(all_fields, 1)
         line = pc.binary_join_element_wise(*pieces, " ", fields_text, " ", time_text, "\n", "")
         skipped = rows - pc.sum(has_field).as_py() if rows else 0
         if skipped:
