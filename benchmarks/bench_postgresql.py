@@ -147,10 +147,8 @@ class Target:
     # table lifecycle (outside the timing)
 
     def drop(self, table: str) -> None:
-        from quixsinks.sinks.postgresql.schema import stage_table_name
-
-        stage = stage_table_name("public", table)
-        self.execute(f'DROP TABLE IF EXISTS public."{table}", public."{stage}"')
+        # the sink drops its own staging tables in every commit
+        self.execute(f'DROP TABLE IF EXISTS public."{table}"')
 
     def fresh(self, path: str) -> None:
         """Drop and create the run's table with the six columns; checkpoint."""
