@@ -43,6 +43,8 @@ test-integration: install services
 ## Benchmarks: results in benchmarks/results/*.json and *.md
 bench: install services
 	$(PY) benchmarks/bench_foundation.py
+	$(PY) benchmarks/bench_postgresql.py
+	$(PY) benchmarks/bench_influxdb3.py
 
 lint: install
 	$(VENV)/bin/ruff check .

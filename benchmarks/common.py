@@ -46,16 +46,20 @@ __all__ = [
     "Case",
     "CaseResult",
     "NoopArrowSink",
+    "RelativeTarget",
     "argument_parser",
     "bench_session",
     "count_output_rows",
     "floor_case",
+    "import_or_install",
+    "judge_targets",
     "machine_info",
     "markdown_table",
     "mixed_dataframe",
     "register_floor",
     "run_cases",
     "select_cases",
+    "targets_markdown",
     "write_results",
 ]
 
@@ -575,3 +579,125 @@ def write_results(
         markdown += f"\n{notes.strip()}\n"
     (out / f"{name}.md").write_text(markdown)
     return markdown
+
+
+# --------------------------------------------------------------------------- cross-case targets
+
+#: A target between two cases: (case, against, minimum ratio of their rows/s).
+RelativeTarget = tuple[str, str, float]
+
+
+def judge_targets(
+    results: Sequence[CaseResult],
+    targets: Sequence[RelativeTarget],
+    skipped: Mapping[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], bool | None]:
+    """Each target's measured ratio of rows/s (best times, and the median per round).
+
+    ``case`` must reach ``min_ratio`` times ``against``'s rows/s (each with its own row
+    count, so a case timed on a sample compares by rows/s). Returns the judged targets
+    (JSON-ready) and the verdict: False if one failed, True if all were measured and
+    passed, None if some could not be measured (a case skipped or not run; its reason
+    from ``skipped`` is the entry's ``note``).
+    """
+    by_name = {r.name: r for r in results}
+    judged: list[dict[str, Any]] = []
+    for case, against, minimum in targets:
+        entry: dict[str, Any] = {
+            "case": case,
+            "against": against,
+            "min_ratio": minimum,
+            "ratio": None,
+            "median_round_ratio": None,
+            "passed": None,
+        }
+        a, b = by_name.get(case), by_name.get(against)
+        if a is None or b is None or not a.seconds or not b.seconds:
+            missing = case if a is None or not a.seconds else against
+            entry["note"] = (skipped or {}).get(missing, f"{missing} not run")
+            judged.append(entry)
+            continue
+        entry["ratio"] = a.rows_per_s / b.rows_per_s
+        rows_a, rows_b = a.rows or 0, b.rows or 0
+        entry["median_round_ratio"] = statistics.median(
+            (rows_a / sa) / (rows_b / sb) for sa, sb in zip(a.seconds, b.seconds, strict=True)
+        )
+        entry["passed"] = entry["ratio"] >= minimum
+        judged.append(entry)
+    measured = [t["passed"] for t in judged if t["passed"] is not None]
+    verdict: bool | None
+    if not all(measured):
+        verdict = False
+    elif len(measured) == len(judged):
+        verdict = True
+    else:
+        verdict = None
+    return judged, verdict
+
+
+def targets_markdown(judged: Sequence[dict[str, Any]]) -> str:
+    """The judged targets of :func:`judge_targets` as a markdown table."""
+    lines = [
+        "| target | rows/s ratio | median per round | result |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for t in judged:
+        goal = f"{t['case']} >= {t['min_ratio']:g}x {t['against']}"
+        if t["passed"] is None:
+            lines.append(f"| {goal} | | | not measured: {t.get('note', '')} |")
+            continue
+        result = "pass" if t["passed"] else "FAIL"
+        lines.append(f"| {goal} | {t['ratio']:.2f}x | {t['median_round_ratio']:.2f}x | {result} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- comparison libraries
+
+
+def import_or_install(
+    spec: str,
+    load: Callable[[], Any],
+    *,
+    install: bool = True,
+    timeout_s: float = 600,
+    log: Callable[[str], None] = print,
+) -> tuple[Any | None, str | None]:
+    """``load()``'s result, pip-installing ``spec`` into this environment first if needed.
+
+    For libraries a benchmark compares against (e.g. ``quixstreams[influxdb3]``), which
+    the project does not depend on. ``load`` imports and returns what the benchmark uses
+    (raising ImportError when it is missing). Returns ``(thing, None)`` or ``(None,
+    reason)`` when it is missing and ``install`` is False, pip fails or takes longer than
+    ``timeout_s``, or it still does not import: the caller reports the case as skipped.
+    """
+    import importlib
+
+    try:
+        return load(), None
+    except ImportError as exc:
+        missing = f"{type(exc).__name__}: {exc}"
+    if not install:
+        return None, f"not importable ({missing}) and installing was switched off"
+    command = [sys.executable, "-m", "pip", "install", "-q", spec]
+    log(f"installing '{spec}' into {sys.prefix} (first use; {' '.join(command)}) ...")
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"pip install '{spec}' did not finish in {timeout_s:.0f} s"
+    if done.returncode != 0:
+        lines = [
+            line.strip()
+            for line in (done.stderr or done.stdout).splitlines()
+            if line.strip() and not line.startswith("WARNING: Location")
+        ]
+        detail = " ".join(lines[-3:]) if lines else "no output"
+        return None, f"pip install '{spec}' failed (exit {done.returncode}): {detail}"
+    log(f"installed '{spec}' in {time.perf_counter() - started:.0f} s")
+    importlib.invalidate_caches()
+    try:
+        return load(), None
+    except Exception as exc:  # installed, but it does not import (version conflict, ...)
+        return None, f"'{spec}' installed but does not import: {exc}"

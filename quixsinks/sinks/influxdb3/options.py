@@ -54,7 +54,7 @@ class InfluxDB3Options(CommonOptions):
     batch_size: int = option(
         1000, minimum=1, doc="Lines per write request (the vendor advises about 10,000)"
     )
-    enable_gzip: bool = option(True, doc="gzip request bodies")
+    enable_gzip: bool = option(True, doc="gzip request bodies (level 1: fast)")
     request_timeout_ms: int = option(10_000, minimum=1, doc="HTTP timeout of one request")
     verify_ssl: bool = option(True, doc="Verify the server's TLS certificate")
     raise_on_retention_violation: bool = option(

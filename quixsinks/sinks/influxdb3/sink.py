@@ -21,6 +21,7 @@ import functools
 import json
 import urllib.error
 import urllib.request
+import zlib
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -258,14 +259,14 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             module = import_client()
             opts = self.options
             # No write_client_options: its WriteOptions would switch on batching with
-            # client-side retries; the defaults are synchronous and retry nothing.
+            # client-side retries; the defaults are synchronous and retry nothing. The
+            # client's own gzip runs at level 9 (17 MB/s); the sink compresses instead.
             client = module.InfluxDBClient3(
                 host=opts.host,
                 token=opts.token,
                 database=opts.database,
                 org=opts.organization_id or None,
-                enable_gzip=opts.enable_gzip,
-                gzip_threshold=0,
+                enable_gzip=False,
                 write_timeout=opts.request_timeout_ms,
                 verify_ssl=opts.verify_ssl,
                 debug=opts.debug,
@@ -319,8 +320,13 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
 
     def _send(self, body: bytes) -> bool:
         """One request; False when the server dropped it for its retention period."""
+        extra: dict[str, str] = {}
+        if self.options.enable_gzip:
+            # level 1: ~9x faster than the client's level 9, for a slightly larger body
+            body = _gzip(body)
+            extra["content_encoding"] = "gzip"
         try:
-            self._client().write(record=body, write_precision=self.options.time_precision)
+            self._client().write(record=body, write_precision=self.options.time_precision, **extra)
             return True
         except Exception as exc:  # classified right below
             where = f"{self.options.host} database {self.options.database}"
@@ -335,6 +341,11 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             if isinstance(error, RecordError):
                 error = RecordError(_with_lines(error.message, exc))
             raise error from exc
+
+
+def _gzip(body: bytes) -> bytes:
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    return compressor.compress(body) + compressor.flush()
 
 
 def _with_lines(message: str, exc: Exception) -> str:
