@@ -190,3 +190,14 @@ def test_bad_options_fail_before_any_data_moves(
     with pytest.raises(Exception, match=match):
         write(df, influx, **{"measurement": "m", **options})
     assert [r for r in influx["server"].requests if r["database"] == influx["database"]] == []
+
+
+def test_a_field_type_conflict_is_a_record_error_naming_the_line(
+    spark: Any, influx: dict[str, Any]
+) -> None:
+    first = spark.sql("SELECT timestamp_millis(1714521600000) AS timestamp, 1 AS v")
+    write(first, influx, measurement="conflict")
+    second = spark.sql("SELECT timestamp_millis(1714521600001) AS timestamp, 'text' AS v")
+    with pytest.raises(Exception, match=r"(?s)HTTP 400.*field type conflict.*\[line \d+: "):
+        write(second, influx, measurement="conflict")
+    assert len(points(influx, "SELECT v FROM conflict")) == 1
