@@ -133,7 +133,7 @@ def connect(options: PostgreSQLOptions) -> Any:
 
 
 class ConnectionSlot:
-    """Caps the connections that the tasks of one machine open to one database.
+    """Caps the connections that the tasks of one machine open to one server.
 
     Spark runs each task's Python code in its own worker process, so the cap is kept
     with ``max_connections_per_executor`` lock files in the temp folder: a task holds
@@ -142,7 +142,8 @@ class ConnectionSlot:
     """
 
     def __init__(self, options: PostgreSQLOptions, *, poll_seconds: float = 0.05) -> None:
-        key = hashlib.sha1(describe(options).encode()).hexdigest()[:16]
+        server = f"{options.host}:{options.port}"  # one cap per server, not per database
+        key = hashlib.sha1(server.encode()).hexdigest()[:16]
         self.folder = os.path.join(tempfile.gettempdir(), f"quixsinks-pg-slots-{key}")
         self.slots = options.max_connections_per_executor
         self.poll_seconds = poll_seconds

@@ -59,7 +59,7 @@ class PostgreSQLOptions(CommonOptions):
         "", doc="More libpq parameters, 'key=value key=value' (e.g. sslrootcert=/ca.pem)"
     )
     max_connections_per_executor: int = option(
-        4, minimum=1, doc="Connections the tasks of one executor machine open at once"
+        4, minimum=1, doc="Connections the tasks of one executor machine open to the server at once"
     )
 
     def validate(self) -> None:
