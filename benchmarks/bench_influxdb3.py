@@ -61,6 +61,7 @@ from common import (
     mixed_dataframe,
     register_floor,
     run_cases,
+    selected_cases,
     targets_markdown,
     write_results,
 )
@@ -413,15 +414,7 @@ def parse_args(argv: list[str] | None) -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     partitions = args.partitions or args.cores
-    wanted = set(CASE_NAMES)
-    if args.cases:
-        wanted = {n.strip() for n in args.cases.split(",") if n.strip()} - {FLOOR}
-        unknown = wanted - set(CASE_NAMES)
-        if unknown:
-            raise SystemExit(
-                f"unknown case(s) {', '.join(sorted(unknown))}; "
-                f"cases: {', '.join((FLOOR, *CASE_NAMES))}"
-            )
+    wanted = selected_cases(args.cases, CASE_NAMES)
     skipped: dict[str, str] = {}
 
     # quixstreams first: a pip install must not run while Spark and the server are up

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,14 +51,18 @@ from common import (
     FLOOR,
     MIXED_COLUMNS,
     Case,
-    CaseResult,
+    RelativeTarget,
     argument_parser,
     bench_session,
     floor_case,
+    import_or_install,
+    judge_targets,
     machine_info,
     mixed_dataframe,
     register_floor,
     run_cases,
+    selected_cases,
+    targets_markdown,
     write_results,
 )
 
@@ -98,7 +101,7 @@ CASE_NAMES = (
 )
 
 #: (case, against, minimum ratio of rows/s)
-TARGETS: tuple[tuple[str, str, float], ...] = (
+TARGETS: tuple[RelativeTarget, ...] = (
     ("sink-exactly-once", "spark-jdbc", 3.0),
     ("sink-exactly-once", "quix-postgresql", 10.0),
     ("sink-exactly-once", "psql-copy", 0.5),
@@ -327,45 +330,6 @@ def _import_quix() -> Any:
         return importlib.import_module(QUIX_MODULE).PostgreSQLSink
 
 
-def import_quix_sink(*, install: bool) -> tuple[Any | None, str | None]:
-    """Quix Streams' PostgreSQLSink class, pip-installing it on first use; or a reason."""
-    try:
-        return _import_quix(), None
-    except ImportError as exc:
-        missing = f"{type(exc).__name__}: {exc}"
-    if not install:
-        return None, f"quixstreams is not importable ({missing}) and --no-install was given"
-    command = [sys.executable, "-m", "pip", "install", "-q", QUIX_SPEC]
-    log(
-        f"quixstreams is not installed: installing '{QUIX_SPEC}' into {sys.prefix} "
-        f"(first use; {' '.join(command)}) ..."
-    )
-    started = time.perf_counter()
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return None, (
-            f"pip install '{QUIX_SPEC}' did not finish in {PIP_TIMEOUT_S} s "
-            "(dependency resolution backtracking?)"
-        )
-    if done.returncode != 0:
-        lines = [
-            line.strip()
-            for line in (done.stderr or done.stdout).splitlines()
-            if line.strip() and not line.startswith("WARNING: Location")
-        ]
-        detail = " ".join(lines[-3:]) if lines else "no output"
-        return None, f"pip install '{QUIX_SPEC}' failed (exit {done.returncode}): {detail}"
-    log(f"installed '{QUIX_SPEC}' in {time.perf_counter() - started:.0f} s")
-    importlib.invalidate_caches()
-    try:
-        return _import_quix(), None
-    except Exception as exc:  # installed, but it does not import (version conflict, ...)
-        return None, f"'{QUIX_SPEC}' installed but {QUIX_MODULE} does not import: {exc}"
-
-
 def quix_rows_for(
     feed: QuixFeed, arrow: Any, rows: int, asked: int | None
 ) -> tuple[int, dict[str, Any]]:
@@ -404,59 +368,6 @@ def quix_rows_for(
 
 
 # --------------------------------------------------------------------------- targets
-
-
-def judge(
-    results: Sequence[CaseResult], skipped: dict[str, str]
-) -> tuple[list[dict[str, Any]], bool | None]:
-    """Each target's measured ratio of rows/s (best, and the median of per-round ratios)."""
-    by_name = {r.name: r for r in results}
-    judged = []
-    for case, against, minimum in TARGETS:
-        entry: dict[str, Any] = {
-            "case": case,
-            "against": against,
-            "min_ratio": minimum,
-            "ratio": None,
-            "median_round_ratio": None,
-            "passed": None,
-        }
-        a, b = by_name.get(case), by_name.get(against)
-        if a is None or b is None or not a.seconds or not b.seconds:
-            missing = against if b is None else case
-            entry["note"] = skipped.get(missing, "not run")
-            judged.append(entry)
-            continue
-        entry["ratio"] = a.rows_per_s / b.rows_per_s
-        rows_a, rows_b = a.rows or 0, b.rows or 0
-        entry["median_round_ratio"] = statistics.median(
-            (rows_a / sa) / (rows_b / sb) for sa, sb in zip(a.seconds, b.seconds, strict=True)
-        )
-        entry["passed"] = entry["ratio"] >= minimum
-        judged.append(entry)
-    measured = [t["passed"] for t in judged if t["passed"] is not None]
-    if not all(measured):
-        verdict: bool | None = False
-    elif len(measured) == len(judged):
-        verdict = True
-    else:
-        verdict = None
-    return judged, verdict
-
-
-def targets_markdown(judged: Sequence[dict[str, Any]]) -> str:
-    lines = [
-        "| target | rows/s ratio | median per round | result |",
-        "| --- | ---: | ---: | --- |",
-    ]
-    for t in judged:
-        goal = f"{t['case']} >= {t['min_ratio']:g}x {t['against']}"
-        if t["passed"] is None:
-            lines.append(f"| {goal} | | | not measured: {t.get('note', '')} |")
-            continue
-        result = "pass" if t["passed"] else "FAIL"
-        lines.append(f"| {goal} | {t['ratio']:.2f}x | {t['median_round_ratio']:.2f}x | {result} |")
-    return "\n".join(lines) + "\n"
 
 
 NOTES = """
@@ -512,21 +423,15 @@ def parse_args(argv: list[str] | None) -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     partitions = args.partitions or args.cores
-    wanted = set(CASE_NAMES)
-    if args.cases:
-        wanted = {n.strip() for n in args.cases.split(",") if n.strip()} - {FLOOR}
-        unknown = wanted - set(CASE_NAMES)
-        if unknown:
-            raise SystemExit(
-                f"unknown case(s) {', '.join(sorted(unknown))}; "
-                f"cases: {', '.join((FLOOR, *CASE_NAMES))}"
-            )
+    wanted = selected_cases(args.cases, CASE_NAMES)
     skipped: dict[str, str] = {}
 
     # quixstreams first: a pip install must not run while Spark and the server are up
     quix_class = None
     if "quix-postgresql" in wanted:
-        quix_class, reason = import_quix_sink(install=not args.no_install)
+        quix_class, reason = import_or_install(
+            QUIX_SPEC, _import_quix, install=not args.no_install, timeout_s=PIP_TIMEOUT_S, log=log
+        )
         if reason:
             skipped["quix-postgresql"] = reason
             log(f"skipping quix-postgresql: {reason}")
@@ -674,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     log("PostgreSQL server stopped")
 
-    judged, verdict = judge(results, skipped)
+    judged, verdict = judge_targets(results, TARGETS, skipped)
     quix = info.get("quix")
     notes = NOTES.format(
         targets=targets_markdown(judged),

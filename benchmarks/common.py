@@ -635,6 +635,20 @@ def judge_targets(
     return judged, verdict
 
 
+def selected_cases(spec: str | None, names: Sequence[str]) -> set[str]:
+    """The cases ``--cases a,b`` asks for among ``names`` (all when empty; the floor always
+    runs); SystemExit naming the valid cases for an unknown one."""
+    if not spec:
+        return set(names)
+    wanted = {n.strip() for n in spec.split(",") if n.strip()} - {FLOOR}
+    unknown = wanted - set(names)
+    if unknown:
+        raise SystemExit(
+            f"unknown case(s) {', '.join(sorted(unknown))}; cases: {', '.join((FLOOR, *names))}"
+        )
+    return wanted
+
+
 def targets_markdown(judged: Sequence[dict[str, Any]]) -> str:
     """The judged targets of :func:`judge_targets` as a markdown table."""
     lines = [
