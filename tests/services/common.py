@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-__all__ = ["Service", "free_port"]
+__all__ = ["Service", "free_port", "serve_until_interrupted"]
 
 S = TypeVar("S", bound="Service")
 
@@ -47,3 +51,21 @@ class Service:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def serve_until_interrupted(service: S, describe: Callable[[S], None]) -> None:
+    """For a launcher run by hand: start ``service``, print how to reach it, keep it up
+    until Ctrl-C or SIGTERM, then stop it and delete its directory."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    started = time.monotonic()
+    with service:
+        print(f"{type(service).__name__} up in {time.monotonic() - started:.2f}s")
+        describe(service)
+        print(f"dir:   {service.tmpdir}")
+        print("Ctrl-C to stop and delete it.", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping")

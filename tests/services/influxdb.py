@@ -19,7 +19,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -29,10 +28,14 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
-    from .common import Service, free_port
+    from .common import Service, free_port, serve_until_interrupted
     from .influx_front import Faults, FrontRequest, InfluxFront
 else:  # run as a script: python tests/services/influxdb.py
-    from common import Service, free_port  # type: ignore[no-redef,import-not-found]
+    from common import (  # type: ignore[no-redef,import-not-found]
+        Service,
+        free_port,
+        serve_until_interrupted,
+    )
     from influx_front import Faults, FrontRequest, InfluxFront  # type: ignore[no-redef,import-not-found]
 
 INSTALL_HINT = "bash tests/services/install.sh"
@@ -351,14 +354,11 @@ def quote_ident(name: str) -> str:
 
 def main() -> None:
     """Start a server, print how to reach it, keep it until Ctrl-C (or SIGTERM)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    started = time.monotonic()
-    with InfluxServer(auto_create_databases=True) as server:
+
+    def describe(server: InfluxServer) -> None:
         server.create_database("db")
-        print(f"InfluxDB up in {time.monotonic() - started:.2f}s (influxd pid {server.pid})")
         print(f"InfluxDB 3 API: {server.url}  token={server.token}  database=db")
-        print(f"InfluxDB 1.x:   {server.influx_url}  (no auth)")
+        print(f"InfluxDB 1.x:   {server.influx_url}  (no auth; log: {server.logfile})")
         print(
             f"write: curl -i '{server.url}/api/v3/write_lp?db=db&precision=second' "
             f"-H 'Authorization: Bearer {server.token}' --data-binary 'm,t=a f=1i 1700000000'"
@@ -368,13 +368,8 @@ def main() -> None:
             "--data-urlencode 'q=SELECT * FROM m'"
         )
         print(f"fault: curl -d '{{\"status\": 503}}' {server.url}/__faults")
-        print(f"dir:   {server.tmpdir}  (log: {server.logfile})")
-        print("Ctrl-C to stop and delete it.", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("stopping")
+
+    serve_until_interrupted(InfluxServer(auto_create_databases=True), describe)
 
 
 if __name__ == "__main__":

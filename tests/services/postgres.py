@@ -18,16 +18,18 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if __package__:
-    from .common import Service, free_port
+    from .common import Service, free_port, serve_until_interrupted
 else:  # run as a script: python tests/services/postgres.py
-    from common import Service, free_port  # type: ignore[no-redef,import-not-found]
+    from common import (  # type: ignore[no-redef,import-not-found]
+        Service,
+        free_port,
+        serve_until_interrupted,
+    )
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection
@@ -263,21 +265,13 @@ def _is_postmaster_of(pid: int, datadir: Path) -> bool:
 
 def main() -> None:
     """Start a server, print how to reach it, keep it until Ctrl-C (or SIGTERM)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    started = time.monotonic()
-    with PostgresServer() as server:
-        print(f"PostgreSQL up in {time.monotonic() - started:.1f}s (pid {server.pid})")
-        print(f"DSN:  {server.dsn()}")
+
+    def describe(server: PostgresServer) -> None:
+        print(f"DSN:  {server.dsn()}  (pid {server.pid}, log: {server.logfile})")
         print(f"JDBC: {server.jdbc_url()}  user={server.user} password={server.password}")
         print(f"psql: psql '{server.dsn()}'")
-        print(f"dir:  {server.tmpdir}  (log: {server.logfile})")
-        print("Ctrl-C to stop and delete it.", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("stopping")
+
+    serve_until_interrupted(PostgresServer(), describe)
 
 
 if __name__ == "__main__":
