@@ -23,7 +23,7 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, Union
 
@@ -366,11 +366,3 @@ def load_callable(path: str, *, option_name: str) -> Callable[..., Any]:
             f"option {option_name!r}: {path!r} is not callable", option=option_name, value=path
         )
     return typing.cast(Callable[..., Any], target)
-
-
-def iter_secret_values(options: SinkOptions) -> Iterator[str]:
-    """Every non-empty secret value of an options object (to scrub from messages)."""
-    for spec in options.specs():
-        value = getattr(options, spec.name)
-        if spec.secret and value:
-            yield str(value)

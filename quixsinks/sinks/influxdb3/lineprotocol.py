@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from quixsinks.core.arrow import first_null, first_true
 from quixsinks.core.errors import OptionError, RecordError
 
-__all__ = ["LineProtocol", "Precision", "escape", "field_text", "timestamps"]
+__all__ = ["LineProtocol", "Precision", "escape", "field_pieces", "timestamps"]
 
 Precision = Literal["ns", "us", "ms", "s"]
 #: digits of a current epoch time per precision (Quix validates integer times so)
@@ -79,20 +79,6 @@ def field_kind(t: pa.DataType) -> str:
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         return "string"
     return "unsupported"
-
-
-def field_text(
-    column: pa.Array,
-    *,
-    ints_to_floats: bool,
-    invalid_floats: Literal["error", "drop"],
-    name: str,
-) -> pa.Array:
-    """Each value as a line-protocol field value; null where the field is left out."""
-    pieces = field_pieces(
-        column, ints_to_floats=ints_to_floats, invalid_floats=invalid_floats, name=name
-    )
-    return pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, "")
 
 
 def field_pieces(
