@@ -66,6 +66,7 @@ from common import (
     write_results,
 )
 
+import quixsinks
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 
 if TYPE_CHECKING:
@@ -428,7 +429,6 @@ def main(argv: list[str] | None = None) -> int:
             log(f"skipping quix-influxdb3: {reason}")
 
     sys.path.insert(0, str(ROOT))
-    import quixsinks
     from tests.services.influxdb import InfluxServer
 
     workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-influx-", dir=args.tmp))
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             quixsinks.register(spark)
             register_floor(spark)
-            spark.dataSource.register(InfluxDB3NoSendSink.data_source())
+            quixsinks.register(spark, InfluxDB3NoSendSink)
             log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
             df = mixed_dataframe(spark, args.rows, partitions)
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import quixsinks
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.sink import BatchingSink, CommonOptions
 
@@ -411,7 +412,7 @@ def register_floor(spark: SparkSession) -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
-    spark.dataSource.register(NoopArrowSink.data_source())
+    quixsinks.register(spark, NoopArrowSink)
 
 
 def _write_floor(df: DataFrame, path: str) -> None:

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from .core import *  # noqa: F403
 from .core import __all__ as _core_all
+from .core.sink import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __version__ = "0.1.0"
-__all__ = [*_core_all, "__version__", "available_sinks", "register"]
+__all__ = [*_core_all, "__version__", "available_sinks", "data_source_for", "register"]
 
 
 def register(spark: SparkSession, *custom: Any) -> list[str]:
@@ -30,6 +31,13 @@ def register(spark: SparkSession, *custom: Any) -> list[str]:
     from .spark.registry import register as _register
 
     return _register(spark, *custom)
+
+
+def data_source_for(sink_class: type[Sink[Any, Any]]) -> Any:
+    """The PySpark DataSource class of a sink class (see :func:`register` for the short way)."""
+    from .spark.datasource import data_source_for as _data_source_for
+
+    return _data_source_for(sink_class)
 
 
 def available_sinks() -> dict[str, str | None]:

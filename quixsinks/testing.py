@@ -4,7 +4,7 @@
 options make it fail one micro-batch, once, at a chosen point. Production sinks carry
 no such options; a test registers the faulty twin next to the real one::
 
-    spark.dataSource.register(faulty(FileSink).data_source())
+    quixsinks.register(spark, faulty(FileSink))
     (df.writeStream.format("faulty_file")
         .option("fail_batch", 2).option("fail_phase", "commit-after")
         .option("fail_marker", "/tmp/x/fired")   # fires once: whoever creates it

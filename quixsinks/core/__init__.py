@@ -2,6 +2,7 @@
 
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
+from .clients import ClientCache, MachineSlots, client_key
 from .destinations import Destination, LocalDestination
 from .errors import (
     CommitError,
@@ -9,6 +10,7 @@ from .errors import (
     DestinationError,
     DestinationNotFoundError,
     InvalidFormatError,
+    LedgerFenceError,
     MissingDependencyError,
     OptionError,
     QuixSinksError,
@@ -17,16 +19,18 @@ from .errors import (
     SinkBackpressureError,
 )
 from .formats import CSVFormat, Format, JSONFormat, ParquetFormat, resolve_format
+from .ledger import Ledger, LedgerEntry, LedgerStore
 from .options import OptionSpec, SinkOptions, option
 from .publish import AppendPublisher, FilePublisher, PublishResult, StagedFile, StagingArea
 from .records import RecordSchema
-from .sink import BatchingSink, CommitContext, CommonOptions, Receipt, Sink
+from .sink import BatchingSink, CommitContext, CommonOptions, LedgerOptions, Receipt, Sink, Task
 from .timeouts import StreamTimeoutTracker
 
 __all__ = [
     "AppendPublisher",
     "BatchingSink",
     "CSVFormat",
+    "ClientCache",
     "CommitContext",
     "CommitError",
     "CommonOptions",
@@ -38,7 +42,13 @@ __all__ = [
     "Format",
     "InvalidFormatError",
     "JSONFormat",
+    "Ledger",
+    "LedgerEntry",
+    "LedgerFenceError",
+    "LedgerOptions",
+    "LedgerStore",
     "LocalDestination",
+    "MachineSlots",
     "MissingDependencyError",
     "OptionError",
     "OptionSpec",
@@ -59,7 +69,9 @@ __all__ = [
     "StagedFile",
     "StagingArea",
     "StreamTimeoutTracker",
+    "Task",
     "WriteContext",
+    "client_key",
     "option",
     "resolve_format",
 ]

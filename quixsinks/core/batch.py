@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from .records import RecordSchema
+
+if TYPE_CHECKING:
+    from .sink import Task
 
 __all__ = ["SinkBatch", "SinkItem", "WriteContext"]
 
@@ -31,6 +34,8 @@ class WriteContext:
         partition_id: the Spark partition.
         attempt_id: unique per task attempt (never reused, also across restarts).
         streaming: True in Structured Streaming.
+        query_id: the streaming query id (the same across restarts from one checkpoint,
+            new with a new checkpoint); empty for a batch write.
     """
 
     sink_id: str
@@ -38,6 +43,19 @@ class WriteContext:
     partition_id: int = 0
     attempt_id: str = "0"
     streaming: bool = False
+    query_id: str = ""
+
+    @property
+    def name_prefix(self) -> str:
+        """A prefix for published names, unique per sink id *and* query.
+
+        The sink id alone is not enough: after a takeover (``takeover_query_id``) a new
+        query reuses the sink id with batch ids from 0 again, and must not replace the
+        files of the old query's batches.
+        """
+        if not self.query_id or self.query_id == self.sink_id:
+            return self.sink_id
+        return f"{self.sink_id}-{self.query_id[:8]}"
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,7 @@ class SinkBatch:
         records: which columns are key, timestamp, value and metadata.
         context: batch id, partition, attempt.
         counters: per-batch counts a sink wants in its receipt (e.g. ``skipped``).
+        task: the task attempt writing it (its state, retry policy), when run by Spark.
     """
 
     table: pa.Table
@@ -69,6 +88,7 @@ class SinkBatch:
     context: WriteContext
     counters: dict[str, int] = field(default_factory=dict)
     _values: pa.Table | None = field(default=None, repr=False)
+    task: Task | None = field(default=None, repr=False)
 
     @property
     def batch_id(self) -> int:
@@ -118,7 +138,12 @@ class SinkBatch:
     def _slice(self, start: int, length: int) -> SinkBatch:
         values = self._values.slice(start, length) if self._values is not None else None
         return SinkBatch(
-            self.table.slice(start, length), self.records, self.context, self.counters, values
+            self.table.slice(start, length),
+            self.records,
+            self.context,
+            self.counters,
+            values,
+            self.task,
         )
 
     # ------------------------------------------------------------ column views

@@ -12,7 +12,8 @@ the caller can do about it::
     │   ├── DestinationNotFoundError        bucket, container, directory or table missing
     │   └── DestinationAccessDeniedError    credentials lack the right to write
     ├── CommitError                         the driver could not finish a micro-batch; the
-    │                                       query can be restarted from its checkpoint
+    │   │                                   query can be restarted from its checkpoint
+    │   └── LedgerFenceError                another streaming query owns this sink id
     ├── RetryableError                      transient: the RetryPolicy retries these
     │   └── SinkBackpressureError           the destination asked us to slow down
     └── MissingDependencyError (ImportError) a sink's optional extra is not installed
@@ -33,6 +34,7 @@ __all__ = [
     "DestinationError",
     "DestinationNotFoundError",
     "InvalidFormatError",
+    "LedgerFenceError",
     "MissingDependencyError",
     "OptionError",
     "QuixSinksError",
@@ -137,6 +139,40 @@ class CommitError(QuixSinksError):
     What was already published stays consistent: restarting the query from its
     checkpoint replays the batch and the commit completes (or is skipped if done).
     """
+
+
+class LedgerFenceError(CommitError):
+    """Another streaming query has written under this sink id: nothing was written.
+
+    Batch ids restart at 0 with a new checkpoint, so the other query's ledger entries
+    must never be read as "this batch is committed already" (that would skip data).
+
+    Attributes:
+        sink_id: the contested sink id.
+        owner_query_id: the query whose entries the ledger holds.
+        query_id: the query that tried to write.
+    """
+
+    def __init__(self, *, sink_id: str, owner_query_id: str, query_id: str) -> None:
+        owner = owner_query_id or "a batch write or an older quixsinks"
+        message = (
+            f"sink id {sink_id!r} belongs to streaming query {owner} (its ledger entries are in "
+            f"the destination), but this is query {query_id or '(none)'}: a new checkpoint, or "
+            "two queries sharing one sink_id. Nothing was written. Either give this query its "
+            f"own 'sink_id', or, if query {owner} will never run again, set option "
+            f"takeover_query_id={owner_query_id!r} to drop its ledger entries and take the "
+            "sink id over."
+        )
+        QuixSinksError.__init__(
+            self,
+            message,
+            sink_id=sink_id,
+            owner_query_id=owner_query_id,
+            query_id=query_id,
+        )
+        self.sink_id = sink_id
+        self.owner_query_id = owner_query_id
+        self.query_id = query_id
 
 
 class RetryableError(QuixSinksError):

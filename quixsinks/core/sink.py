@@ -1,36 +1,39 @@
-"""The sink contract, the receipt a task returns, and the public BatchingSink base.
+"""The sink contract, the per-task state, the receipt a task returns, and BatchingSink.
 
 A sink is one class with three parts, in this order:
 
 * **options**: a frozen :class:`CommonOptions` subclass (``options_class``);
-* **executor**: ``setup()`` once per task, ``write(batch)`` for each
+* **executor**: ``setup(task)`` once per task, ``write(batch)`` for each
   :class:`~quixsinks.core.batch.SinkBatch` of the task's partition (returning a small,
-  picklable item, e.g. a staged file, or None), ``close()`` at the end of the task;
+  picklable item, e.g. a staged file, or None), ``close(task)`` at the end of the task.
+  What a task opens (connections, counters, staging names) lives on its :class:`Task`
+  (``batch.task``), never on the sink, which carries the driver's plan;
 * **driver**: ``prepare(schema)`` while Spark plans the write (validation, cheap
   checks), then ``commit(context, receipts)`` once every task has succeeded, or
   ``abort(context, receipts)`` when one failed.
 
-The Spark glue (``quixsinks.spark``) drives this contract; a sink never imports
+The Spark glue (``quixsinks.spark``) drives this contract; nothing here imports
 pyspark. Everything set on the sink in ``__init__`` and ``prepare`` travels to the
-executors by pickle, so clients are created lazily and listed in ``_transient`` to be
-dropped from the pickle.
+executors by pickle, so clients are created lazily (``quixsinks.core.clients``).
 
 To write a custom sink, subclass :class:`BatchingSink`, implement ``write`` and
-register ``MySink.data_source()`` with Spark (see docs/custom-sinks.md).
+register it with ``quixsinks.register(spark, MySink)`` (see docs/custom-sinks.md).
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import pyarrow as pa
 
-from .backpressure import RetryPolicy
-from .batch import SinkBatch
+from .backpressure import RetryPolicy, RetryStats
+from .batch import SinkBatch, WriteContext
 from .errors import OptionError
+from .ledger import DEFAULT_KEEP_BATCHES, Ledger, LedgerStore, check_sink_id
 from .options import SinkOptions, option
 from .records import AUTO, RecordSchema, ValueFormat
 
@@ -39,14 +42,17 @@ __all__ = [
     "CommitContext",
     "CommonOptions",
     "Guarantee",
+    "LedgerOptions",
     "Receipt",
     "Sink",
+    "Task",
     "staged_in_order",
 ]
 
 Guarantee = Literal["exactly-once", "effectively exactly-once", "at-least-once"]
 StagedT = TypeVar("StagedT")
 OptionsT = TypeVar("OptionsT", bound="CommonOptions")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,8 +94,6 @@ class CommonOptions(SinkOptions):
 
     def validate(self) -> None:
         if self.sink_id is not None:
-            from .publish import check_sink_id
-
             try:
                 check_sink_id(self.sink_id)
             except ValueError as exc:
@@ -113,6 +117,27 @@ class CommonOptions(SinkOptions):
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class LedgerOptions(CommonOptions):
+    """Options of the sinks that keep a fenced ledger (see quixsinks.core.ledger)."""
+
+    takeover_query_id: str | None = option(
+        None,
+        doc="Hand the sink id over from this (finished) streaming query: its ledger entries "
+        "are dropped; see 'Fencing' in docs/index.md",
+    )
+    ledger_keep_batches: int = option(
+        DEFAULT_KEEP_BATCHES,
+        minimum=1,
+        doc="Ledger entries kept per sink id; at least spark.sql.streaming.minBatchesToRetain",
+    )
+
+    def ledger(self, store: LedgerStore) -> Ledger:
+        return Ledger(
+            store, takeover_query_id=self.takeover_query_id, keep_batches=self.ledger_keep_batches
+        )
+
+
 @dataclass(frozen=True)
 class CommitContext:
     """What the driver knows when it commits or aborts a micro-batch.
@@ -121,11 +146,51 @@ class CommitContext:
         sink_id: the writer's stable id (see ``WriteContext.sink_id``).
         batch_id: the micro-batch id (0 for a batch write).
         streaming: True in Structured Streaming (a batch write is never replayed).
+        query_id: the streaming query id, carried from the tasks in their receipts
+            (empty for a batch write); ledger entries are fenced by it.
     """
 
     sink_id: str
     batch_id: int
     streaming: bool
+    query_id: str = ""
+
+
+class Task:
+    """One task attempt on an executor: where a sink keeps what it opens for the task.
+
+    Attributes:
+        context: sink id, query id, batch id, partition and attempt of the task.
+        counters: counts reported in the receipt (``SinkBatch.count`` adds to them).
+        state: the sink's per-task objects (a connection, staging names...).
+        stats: what retrying cost the task.
+    """
+
+    def __init__(self, context: WriteContext, policy: RetryPolicy | None = None) -> None:
+        self.context = context
+        self.policy = policy or RetryPolicy()
+        self.counters: dict[str, int] = {}
+        self.state: dict[str, Any] = {}
+        self.stats = RetryStats()
+        self._closers: list[Callable[[], object]] = []
+
+    def retry(self, fn: Callable[[], R], *, what: str) -> R:
+        """Run ``fn`` under the task's RetryPolicy (retries :class:`RetryableError` only)."""
+        return self.policy.call(fn, stats=self.stats, what=what)
+
+    def on_close(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` when the task ends (last registered, first run), also after a failure."""
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        errors = []
+        while self._closers:
+            try:
+                self._closers.pop()()
+            except Exception as exc:  # every closer runs; the first error is raised
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 @dataclass
@@ -133,7 +198,7 @@ class Receipt(Generic[StagedT]):
     """What one task reports to the driver: small and picklable.
 
     Attributes:
-        sink_id, batch_id, partition_id, attempt_id: where it comes from.
+        sink_id, batch_id, partition_id, attempt_id, query_id: where it comes from.
         rows, nbytes: rows and Arrow bytes the task handed to the sink.
         seconds: time spent in the sink's write calls.
         retries: retries the RetryPolicy made.
@@ -145,6 +210,7 @@ class Receipt(Generic[StagedT]):
     batch_id: int
     partition_id: int
     attempt_id: str
+    query_id: str = ""
     rows: int = 0
     nbytes: int = 0
     seconds: float = 0.0
@@ -172,6 +238,9 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
     extra: ClassVar[str | None] = None
     #: whether overwrite (save mode / complete output mode) is supported
     supports_overwrite: ClassVar[bool] = False
+    #: True when ``write`` retries each request itself through ``batch.task.retry``;
+    #: otherwise the glue retries the whole ``write`` on a RetryableError
+    retries_requests: ClassVar[bool] = False
     #: attribute names holding clients: dropped from the pickle, recreated on first use
     _transient: ClassVar[tuple[str, ...]] = ()
 
@@ -209,8 +278,14 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
 
     # ------------------------------------------------------------------ executor
 
-    def setup(self) -> None:
-        """Create clients for a task. Called once per task before the first write."""
+    def setup(self, task: Task) -> None:
+        """Open what the task needs (keep it on ``task``). Once per task, before any write."""
+
+    def check_fence(self, task: Task) -> None:
+        """Fail before any data moves when another query owns the sink id (streaming only).
+
+        Sinks with a fenced ledger read it here (``Ledger.check``); the default does nothing.
+        """
 
     @abstractmethod
     def write(self, batch: SinkBatch) -> StagedT | None:
@@ -220,8 +295,11 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
         retried after ``retry_after`` seconds.
         """
 
-    def close(self) -> None:
-        """Release what ``setup``/``write`` opened. Called at the end of every task."""
+    def close(self, task: Task) -> None:
+        """Release what ``setup``/``write`` opened. Called at the end of every task.
+
+        Things registered with ``task.on_close`` are closed after this, in any case.
+        """
 
     # ------------------------------------------------------------------ driver: commit
 
@@ -230,13 +308,6 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedT]]) -> None:
         """Clean up after a failed micro-batch (driver); must not undo a landed commit."""
-
-    @classmethod
-    def data_source(cls) -> type[Any]:
-        """A PySpark DataSource class for this sink, for ``spark.dataSource.register``."""
-        from quixsinks.spark.datasource import data_source_for
-
-        return data_source_for(cls)
 
 
 class BatchingSink(Sink[OptionsT, None]):

@@ -35,9 +35,8 @@ from quixsinks.core.formats import CSVFormat
 from quixsinks.core.options import load_callable, option
 from quixsinks.core.publish import AppendPublisher, StagedFile, StagingArea
 from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink, staged_in_order
-from quixsinks.spark.datasource import QuixDataSource
 
-__all__ = ["CSVFileDataSource", "CSVFileOptions", "CSVFileSink"]
+__all__ = ["CSVFileOptions", "CSVFileSink"]
 
 KEY_SERIALIZERS = ("str", "json")
 VALUE_SERIALIZERS = ("json",)
@@ -163,14 +162,3 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:
         self._appender().abort(context.sink_id, context.batch_id, staged_in_order(receipts))
-
-
-class CSVFileDataSource(QuixDataSource):
-    """``df.write.format("csvfile")`` / ``df.writeStream.format("csvfile")``.
-
-    Options: ``path`` (required), ``dialect``, ``key_serializer``, ``value_serializer``
-    and the common options; see docs/sinks/csvfile.md. Save mode append; streaming
-    output mode append. Guarantee: exactly-once.
-    """
-
-    sink_class = CSVFileSink

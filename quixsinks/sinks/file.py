@@ -34,9 +34,8 @@ from quixsinks.core.formats import (
 from quixsinks.core.options import load_callable, option
 from quixsinks.core.publish import AppendPublisher, FilePublisher, StagedFile, StagingArea
 from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink, staged_in_order
-from quixsinks.spark.datasource import QuixDataSource
 
-__all__ = ["FileDataSource", "FileOptions", "FileSink"]
+__all__ = ["FileOptions", "FileSink"]
 
 STATE_PREFIX = "_quixsinks"
 
@@ -169,15 +168,3 @@ class FileSink(Sink[FileOptions, StagedFile]):
             self._appender(context.sink_id).abort(context.sink_id, context.batch_id, files)
         else:
             FilePublisher(self.staging()).abort(context.sink_id, context.batch_id, files)
-
-
-class FileDataSource(QuixDataSource):
-    """``df.write.format("file")`` / ``df.writeStream.format("file")``.
-
-    Options (snake_case or camelCase): ``path`` (required), ``format`` json|parquet|csv,
-    ``compression``, ``compress``, ``dumps``, ``dialect``, ``append`` and the common
-    options; see docs/sinks/file.md. Save modes append and overwrite; streaming output
-    modes append and complete. Guarantee: exactly-once.
-    """
-
-    sink_class = FileSink

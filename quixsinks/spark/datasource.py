@@ -32,10 +32,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from quixsinks.core.backpressure import RetryStats
 from quixsinks.core.batch import SinkBatch, WriteContext
-from quixsinks.core.errors import OptionError
-from quixsinks.core.sink import CommitContext, Receipt, Sink
+from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
+from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 __all__ = ["QuixDataSource", "ReceiptMessage", "data_source_for"]
 
@@ -115,7 +114,11 @@ class QuixDataSource(DataSource):
 
 
 def data_source_for(sink_class: type[Sink[Any, Any]]) -> type[QuixDataSource]:
-    """Make the DataSource class of a sink (for custom sinks; ours are declared)."""
+    """The PySpark DataSource class of a sink, for ``spark.dataSource.register``.
+
+    ``quixsinks.register(spark, MySink)`` calls this for you. The built-in sinks' classes
+    are declared in :mod:`quixsinks.spark.sources`.
+    """
     return type(
         f"{sink_class.__name__}DataSource",
         (QuixDataSource,),
@@ -145,20 +148,17 @@ class _SinkWriter:
         task = TaskContext.get()
         partition = task.partitionId() if task else 0
         attempt = f"{partition:05d}-{task.attemptNumber() if task else 0}-{uuid.uuid4().hex[:12]}"
-        if self.streaming:
-            batch_text = task.getLocalProperty(_BATCH_ID_PROPERTY) if task else None
-            if batch_text is None:
-                raise RuntimeError(
-                    f"Spark did not set {_BATCH_ID_PROPERTY!r} for a streaming task; "
-                    "this Spark version is not supported (quixsinks needs 4.1 or newer)"
-                )
-            batch_id = int(batch_text)
-            query_id = task.getLocalProperty(_QUERY_ID_PROPERTY) if task else None
-            sink_id = self.sink.options.sink_id or query_id or self.write_id
-        else:
-            batch_id = 0
-            sink_id = self._batch_sink_id()
-        return WriteContext(sink_id, batch_id, partition, attempt, self.streaming)
+        if not self.streaming:
+            return WriteContext(self._batch_sink_id(), 0, partition, attempt, False)
+        batch_text = task.getLocalProperty(_BATCH_ID_PROPERTY) if task else None
+        query_id = task.getLocalProperty(_QUERY_ID_PROPERTY) if task else None
+        if batch_text is None or not query_id:
+            raise QuixSinksError(
+                f"Spark did not set {_BATCH_ID_PROPERTY!r} and {_QUERY_ID_PROPERTY!r} for a "
+                "streaming task; this Spark version is not supported (quixsinks needs 4.1+)"
+            )
+        sink_id = self.sink.options.sink_id or query_id
+        return WriteContext(sink_id, int(batch_text), partition, attempt, True, query_id)
 
     def _batch_sink_id(self) -> str:
         return f"write-{self.write_id}"
@@ -167,44 +167,65 @@ class _SinkWriter:
         _ensure_logging()
         sink = self.sink
         context = self._context()
+        task = Task(context, sink.options.retry_policy())
         receipt: Receipt[Any] = Receipt(
-            context.sink_id, context.batch_id, context.partition_id, context.attempt_id
+            context.sink_id,
+            context.batch_id,
+            context.partition_id,
+            context.attempt_id,
+            query_id=context.query_id,
+            counters=task.counters,
         )
-        policy = sink.options.retry_policy()
-        stats = RetryStats()
         assert sink.records is not None, "prepare() runs on the driver before any task"
-        sink.setup()
         try:
+            sink.setup(task)
+            if context.streaming:
+                sink.check_fence(task)  # before any data moves
             for table in _bounded_tables(iterator, sink.options.max_batch_bytes):
-                batch = SinkBatch(table, sink.records, context, receipt.counters)
+                batch = SinkBatch(table, sink.records, context, task.counters, task=task)
                 started = time.perf_counter()
-                staged = policy.call(
-                    lambda b=batch: sink.write(b), stats=stats, what=f"{sink.name} write"
-                )
+                staged = _write(sink, batch, task)
                 receipt.seconds += time.perf_counter() - started
                 receipt.rows += batch.num_rows
                 receipt.nbytes += batch.nbytes
                 if staged is not None:
                     receipt.staged.append(staged)
         finally:
-            sink.close()
-        receipt.retries = stats.retries
+            try:
+                sink.close(task)
+            finally:
+                task.close()
+        receipt.retries = task.stats.retries
         return ReceiptMessage(receipt)
 
     # ---------------------------------------------------------------- driver side
 
-    def _commit_context(self, receipts: list[Receipt[Any]], batch_id: int) -> CommitContext:
+    def _commit_context(self, receipts: list[Receipt[Any]], batch_id: int) -> CommitContext | None:
+        """The commit's context; None for a streaming micro-batch without receipts.
+
+        The query id reaches the driver only in receipts: the commit runs in a short-lived
+        Spark worker where no SparkContext is active. Without receipts (Spark replaces an
+        empty input with one empty partition, so this is a corner case) there is nothing
+        to commit, and nothing may be recorded under a made-up id.
+        """
         if not self.streaming:
             return CommitContext(self._batch_sink_id(), 0, False)
-        sink_id = receipts[0].sink_id if receipts else self.sink.options.sink_id
-        if sink_id is None:
-            sink_id = _driver_query_id() or f"query-{self.write_id}"
-        return CommitContext(sink_id, batch_id, True)
+        if not receipts:
+            return None
+        first = receipts[0]
+        return CommitContext(first.sink_id, batch_id, True, first.query_id)
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
         receipts = _receipts(messages)
         context = self._commit_context(receipts, batch_id)
+        if context is None:
+            logger.info(
+                "%s: micro-batch %d has no task receipts: nothing to commit",
+                self.sink.name,
+                batch_id,
+            )
+            return
         started = time.perf_counter()
         self.sink.commit(context, receipts)
         logger.info(
@@ -226,6 +247,14 @@ class _SinkWriter:
         _ensure_logging()
         receipts = _receipts(messages)
         context = self._commit_context(receipts, batch_id)
+        if context is None:
+            logger.warning(
+                "%s: aborting micro-batch %d: no task receipts, nothing to clean up here "
+                "(staging of failed tasks is swept by later commits)",
+                self.sink.name,
+                batch_id,
+            )
+            return
         logger.warning(
             "%s: aborting batch %d of %s (%d task receipts)",
             self.sink.name,
@@ -236,14 +265,19 @@ class _SinkWriter:
         self.sink.abort(context, receipts)
 
 
-def _driver_query_id() -> str | None:
+def _write(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> Any:
+    """One ``sink.write``: retried whole unless the sink retries per request itself; an
+    Arrow conversion failure (a value the destination's format cannot hold) is a RecordError.
+    """
     try:
-        from pyspark import SparkContext
-
-        active = SparkContext._active_spark_context
-        return active.getLocalProperty(_QUERY_ID_PROPERTY) if active else None
-    except Exception:
-        return None
+        if sink.retries_requests:
+            return sink.write(batch)
+        return task.retry(lambda: sink.write(batch), what=f"{sink.name} write")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise RecordError(
+            f"{sink.name}: a value of batch {batch.batch_id} partition {batch.partition_id} "
+            f"cannot be converted: {exc}"
+        ) from exc
 
 
 def _receipts(messages: list[WriterCommitMessage | None]) -> list[Receipt[Any]]:

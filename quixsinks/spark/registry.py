@@ -14,34 +14,30 @@ from typing import TYPE_CHECKING, Any
 from quixsinks.core.errors import MissingDependencyError, QuixSinksError
 from quixsinks.core.sink import Sink
 
+from .datasource import QuixDataSource, data_source_for
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from .datasource import QuixDataSource
 
 __all__ = ["BUILTIN_SINKS", "available_sinks", "load_data_source", "register"]
 
 logger = logging.getLogger("quixsinks.registry")
 
-#: format name -> "module:DataSource class" of every built-in sink
+#: format name -> the module that Spark auto-registers it from (its ``DefaultSource``)
 BUILTIN_SINKS: dict[str, str] = {
-    "csvfile": "quixsinks.sinks.csvfile:CSVFileDataSource",
-    "file": "quixsinks.sinks.file:FileDataSource",
-    "influxdb3": "quixsinks.sinks.influxdb3:InfluxDB3DataSource",
-    "postgresql": "quixsinks.sinks.postgresql:PostgreSQLDataSource",
+    name: f"pyspark_quixsinks_{name}" for name in ("csvfile", "file", "influxdb3", "postgresql")
 }
 
 
 def load_data_source(name: str) -> type[QuixDataSource]:
     """The DataSource class of a built-in sink; MissingDependencyError if its extra is absent."""
     try:
-        target = BUILTIN_SINKS[name]
+        module_name = BUILTIN_SINKS[name]
     except KeyError:
         raise QuixSinksError(
             f"no built-in sink {name!r}; built-in sinks: {', '.join(sorted(BUILTIN_SINKS))}"
         ) from None
-    module_name, _, attr = target.partition(":")
-    data_source: type[QuixDataSource] = getattr(importlib.import_module(module_name), attr)
+    data_source: type[QuixDataSource] = importlib.import_module(module_name).DefaultSource
     data_source.sink_class.check_dependencies()
     return data_source
 
@@ -80,7 +76,7 @@ def register(spark: SparkSession, *custom: Any) -> list[str]:
         registered.append(name)
     for item in custom:
         data_source = (
-            item.data_source() if isinstance(item, type) and issubclass(item, Sink) else item
+            data_source_for(item) if isinstance(item, type) and issubclass(item, Sink) else item
         )
         spark.dataSource.register(data_source)
         registered.append(data_source.name())

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from pyspark import cloudpickle
 
+import quixsinks
 from quixsinks import BatchingSink, CommonOptions, SinkBackpressureError, SinkBatch, option
 
 from .streams import run_available_now, write_input_files
@@ -49,7 +50,7 @@ class FolderSink(BatchingSink[FolderOptions]):
 
 @pytest.fixture(scope="module")
 def folder_sink(spark: Any) -> None:
-    spark.dataSource.register(FolderSink.data_source())
+    quixsinks.register(spark, FolderSink)
 
 
 def read_items(folder: Path) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import quixsinks
 from quixsinks.sinks.csvfile import CSVFileSink
 from quixsinks.sinks.file import FileSink
 from quixsinks.testing import faulty
@@ -27,7 +28,7 @@ PHASES = ["write", "commit-before", "commit-after"]
 @pytest.fixture(scope="module")
 def faulty_sinks(spark: Any) -> None:
     for sink in (FileSink, CSVFileSink):
-        spark.dataSource.register(faulty(sink).data_source())
+        quixsinks.register(spark, faulty(sink))
 
 
 def run_with_one_failure(

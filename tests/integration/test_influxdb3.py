@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import quixsinks
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 from quixsinks.testing import faulty
 
@@ -79,7 +80,7 @@ def test_every_precision_writes_the_record_time(
 def test_a_replayed_micro_batch_leaves_no_duplicate_points(
     spark: Any, influx: dict[str, Any], tmp_path: Path
 ) -> None:
-    spark.dataSource.register(faulty(InfluxDB3Sink).data_source())
+    quixsinks.register(spark, faulty(InfluxDB3Sink))
     ids = write_input_files(tmp_path / "in", files=3, rows_per_file=20)
     options = {
         **influx["options"],

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import quixsinks
 from quixsinks.sinks.postgresql import PostgreSQLSink
 from quixsinks.testing import faulty
 
@@ -294,7 +295,7 @@ def test_direct_mode_copies_straight_into_the_table(spark: Any, pg: dict[str, An
 
 @pytest.fixture(scope="module")
 def faulty_postgresql(spark: Any) -> None:
-    spark.dataSource.register(faulty(PostgreSQLSink).data_source())
+    quixsinks.register(spark, faulty(PostgreSQLSink))
 
 
 @pytest.mark.parametrize("phase", ["write", "commit-before", "commit-after"])

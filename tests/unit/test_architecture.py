@@ -6,6 +6,7 @@ import importlib
 import inspect
 import pickle
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,8 +37,7 @@ def builtin_sinks() -> dict[str, str]:
 
 
 def sink_class(name: str) -> type[Sink[Any, Any]]:
-    module_name, _, attr = builtin_sinks()[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr).sink_class  # type: ignore[no-any-return]
+    return importlib.import_module(builtin_sinks()[name]).DefaultSource.sink_class  # type: ignore[no-any-return]
 
 
 # ----------------------------------------------------------------------------- imports
@@ -62,6 +62,51 @@ def test_no_core_module_imports_pyspark() -> None:
     modules = ", ".join(f"quixsinks.core.{name}" for name in CORE_MODULES)
     result = run_python(f"import sys, {modules}\nassert 'pyspark' not in sys.modules\n")
     assert result.returncode == 0, result.stderr
+
+
+def test_sink_modules_import_no_pyspark() -> None:
+    """A sink module holds options, the executor write and the driver commit: no Spark."""
+    modules = ", ".join(f"quixsinks.sinks.{name}" for name in SINK_MODULES)
+    result = run_python(
+        f"import sys, quixsinks.testing, {modules}\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
+        "assert not loaded, loaded\n"
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_core_never_imports_the_spark_glue() -> None:
+    """No import cycle: quixsinks.spark builds on quixsinks.core, never the other way."""
+    glue = re.compile(r"^\s*(from|import)\s+(quixsinks\.spark|\.\.spark)", re.MULTILINE)
+    offenders = [
+        str(path)
+        for path in Path(quixsinks.core.__file__).parent.glob("*.py")
+        if glue.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_one_client_cache_mechanism() -> None:
+    """Sinks cache clients with core's ClientCache, not with module-level dicts of their own."""
+    offenders = []
+    for path in Path(quixsinks.sinks.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        if "_CLIENTS: dict" in text or "atexit" in text or "fcntl" in text:
+            offenders.append(str(path))
+    assert offenders == []
+
+
+def test_every_builtin_sink_has_an_auto_discovery_module() -> None:
+    import pyspark_quixsinks_file
+    from quixsinks.spark.datasource import QuixDataSource
+
+    for name, module_name in builtin_sinks().items():
+        source = importlib.import_module(module_name).DefaultSource
+        assert issubclass(source, QuixDataSource)
+        assert source.name() == name
+        # pickled by reference: Spark ships it to workers and Connect servers by name
+        assert pickle.loads(pickle.dumps(source)) is source
+    assert pyspark_quixsinks_file.DefaultSource.sink_class.name == "file"
 
 
 # ----------------------------------------------------------------------------- exports
@@ -99,8 +144,11 @@ def test_every_public_class_of_a_core_module_is_exported(name: str) -> None:
 
 
 def test_every_sink_module_is_a_builtin_sink() -> None:
-    registered = {target.split(":")[0] for target in builtin_sinks().values()}
-    assert {f"quixsinks.sinks.{name}" for name in SINK_MODULES} == registered
+    registered = {
+        importlib.import_module(module).DefaultSource.sink_class.__module__.split(".")[2]
+        for module in builtin_sinks().values()
+    }
+    assert set(SINK_MODULES) == registered
 
 
 @pytest.mark.parametrize("name", sorted(builtin_sinks()))

@@ -14,8 +14,6 @@ exactly-once.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
 import functools
 import json
@@ -27,8 +25,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from quixsinks.core.arrow import join_lines
-from quixsinks.core.backpressure import RetryStats
 from quixsinks.core.batch import SinkBatch
+from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
@@ -47,17 +45,8 @@ from .options import InfluxDB3Options
 
 __all__ = ["InfluxDB3Sink", "translate"]
 
-# One client per process and options (Python workers are reused between tasks),
-# closed when the process exits.
-_CLIENTS: dict[InfluxDB3Options, Any] = {}
-
-
-@atexit.register
-def _close_clients() -> None:
-    while _CLIENTS:
-        _, client = _CLIENTS.popitem()
-        with contextlib.suppress(Exception):
-            client.close()
+# Clients per process (Python workers are reused between tasks), closed at exit
+_CLIENTS: ClientCache[Any] = ClientCache("influxdb3 clients", lambda c: c.close())
 
 
 def import_client() -> Any:
@@ -111,6 +100,17 @@ def translate(exc: Exception, where: str, *, retention_ok: bool) -> QuixSinksErr
     return DestinationError(text, location=where)
 
 
+def is_server_error(exc: Exception) -> bool:
+    """An HTTP answer or a network failure (translated), not a bug of ours (re-raised)."""
+    if getattr(getattr(exc, "response", None), "status", None) is not None:
+        return True
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in (
+        "urllib3",
+        "influxdb_client_3",
+        "influxdb_client",
+    )
+
+
 class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
     """Writes points to InfluxDB 3; effectively exactly-once. See docs/sinks/influxdb3.md."""
 
@@ -118,6 +118,7 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
     options_class = InfluxDB3Options
     guarantee = "effectively exactly-once"
     extra = "influxdb3"
+    retries_requests = True  # each request under the task's RetryPolicy, see write()
 
     def __init__(self, options: InfluxDB3Options, *, overwrite: bool = False) -> None:
         super().__init__(options, overwrite=overwrite)
@@ -254,25 +255,23 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
     # ------------------------------------------------------------------ executor
 
     def _client(self) -> Any:
-        client = _CLIENTS.get(self.options)
-        if client is None:
-            module = import_client()
-            opts = self.options
-            # No write_client_options: its WriteOptions would switch on batching with
-            # client-side retries; the defaults are synchronous and retry nothing. The
-            # client's own gzip runs at level 9 (17 MB/s); the sink compresses instead.
-            client = module.InfluxDBClient3(
-                host=opts.host,
-                token=opts.token,
-                database=opts.database,
-                org=opts.organization_id or None,
-                enable_gzip=False,
-                write_timeout=opts.request_timeout_ms,
-                verify_ssl=opts.verify_ssl,
-                debug=opts.debug,
-            )
-            _CLIENTS[opts] = client
-        return client
+        return _CLIENTS.get(client_key(self.options), self._new_client)
+
+    def _new_client(self) -> Any:
+        opts = self.options
+        # No write_client_options: its WriteOptions would switch on batching with
+        # client-side retries; the defaults are synchronous and retry nothing. The
+        # client's own gzip runs at level 9 (17 MB/s); the sink compresses instead.
+        return import_client().InfluxDBClient3(
+            host=opts.host,
+            token=opts.token,
+            database=opts.database,
+            org=opts.organization_id or None,
+            enable_gzip=False,
+            write_timeout=opts.request_timeout_ms,
+            verify_ssl=opts.verify_ssl,
+            debug=opts.debug,
+        )
 
     def write(self, batch: SinkBatch) -> None:
         assert self.protocol is not None
@@ -299,23 +298,15 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         lines, skipped = protocol.lines(columns, times, batch.num_rows)
         if skipped:
             batch.count("skipped_no_fields", skipped)
-        policy = self.options.retry_policy()
-        stats = RetryStats()
+        task = batch.task
         for start in range(0, len(lines), self.options.batch_size):
             chunk = lines.slice(start, self.options.batch_size)
-            body = join_lines(chunk, b"").to_pybytes()
-            try:
-                sent = policy.call(
-                    functools.partial(self._send, body),
-                    stats=stats,
-                    what=f"influxdb3 write of {len(chunk)} lines",
-                )
-            except RetryableError as exc:  # retries exhausted: fail the task, no outer retry
-                raise DestinationError(exc.message, location=self.options.host) from exc
+            request = functools.partial(self._send, join_lines(chunk, b"").to_pybytes())
+            what = f"influxdb3 write of {len(chunk)} lines"
+            # one retry layer: per request, under the task's policy (the glue adds none)
+            sent = task.retry(request, what=what) if task is not None else request()
             if not sent:
                 batch.count("skipped_retention", len(chunk))
-        if stats.retries:
-            batch.count("request_retries", stats.retries)
         batch.count("points", len(lines))
 
     def _send(self, body: bytes) -> bool:
@@ -328,7 +319,9 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         try:
             self._client().write(record=body, write_precision=self.options.time_precision, **extra)
             return True
-        except Exception as exc:  # classified right below
+        except Exception as exc:
+            if not is_server_error(exc):
+                raise
             where = f"{self.options.host} database {self.options.database}"
             error = translate(
                 exc, where, retention_ok=not self.options.raise_on_retention_violation

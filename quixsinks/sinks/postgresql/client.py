@@ -22,13 +22,6 @@ connection status instead (server unreachable: retryable).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import os
-import tempfile
-import time
-from collections.abc import Iterator
 from typing import Any
 
 from quixsinks.core.errors import (
@@ -43,7 +36,7 @@ from quixsinks.core.errors import (
 
 from .options import PostgreSQLOptions
 
-__all__ = ["ConnectionSlot", "connect", "import_psycopg2", "translate"]
+__all__ = ["connect", "describe", "import_psycopg2", "translate"]
 
 _RETRYABLE_CODES = {"40001", "40P01", "57014", "55P03"}
 _RETRYABLE_CLASSES = {"08", "53", "57"}
@@ -130,56 +123,3 @@ def connect(options: PostgreSQLOptions) -> Any:
         return psycopg2.connect(**params)
     except psycopg2.Error as exc:
         raise translate(exc, describe(options), connecting=True) from None
-
-
-class ConnectionSlot:
-    """Caps the connections that the tasks of one machine open to one server.
-
-    Spark runs each task's Python code in its own worker process, so the cap is kept
-    with ``max_connections_per_executor`` lock files in the temp folder: a task holds
-    one of them (an exclusive ``flock``) while its connection is open. The kernel
-    drops the lock when the process dies, so a killed task never leaks a slot.
-    """
-
-    def __init__(self, options: PostgreSQLOptions, *, poll_seconds: float = 0.05) -> None:
-        server = f"{options.host}:{options.port}"  # one cap per server, not per database
-        key = hashlib.sha1(server.encode()).hexdigest()[:16]
-        self.folder = os.path.join(tempfile.gettempdir(), f"quixsinks-pg-slots-{key}")
-        self.slots = options.max_connections_per_executor
-        self.poll_seconds = poll_seconds
-        self._handle: Any = None
-
-    def acquire(self, timeout: float = 600.0) -> None:
-        os.makedirs(self.folder, exist_ok=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            for slot in range(self.slots):
-                handle = open(os.path.join(self.folder, f"{slot}.lock"), "a")  # noqa: SIM115
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    handle.close()
-                    continue
-                self._handle = handle
-                return
-            if time.monotonic() > deadline:
-                raise RetryableError(
-                    f"no free PostgreSQL connection slot in {timeout:.0f} s "
-                    f"(max_connections_per_executor={self.slots})"
-                )
-            time.sleep(self.poll_seconds)
-
-    def release(self) -> None:
-        if self._handle is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._handle, fcntl.LOCK_UN)
-            self._handle.close()
-            self._handle = None
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()

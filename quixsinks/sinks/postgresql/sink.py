@@ -33,11 +33,12 @@ import pyarrow.csv as pa_csv
 
 from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
+from quixsinks.core.clients import ClientCache, MachineSlots, client_key
 from quixsinks.core.errors import OptionError, QuixSinksError
-from quixsinks.core.sink import CommitContext, Receipt, Sink
+from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from . import ddl
-from .client import ConnectionSlot, connect, describe, import_psycopg2, translate
+from .client import connect, describe, import_psycopg2, translate
 from .options import PostgreSQLOptions
 from .schema import (
     LEDGER_TABLE,
@@ -57,6 +58,8 @@ __all__ = ["PostgreSQLSink", "StagedRows"]
 _CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
 # Columns ensured in this process: (database, schema, table, columns) -> typed columns
 _ENSURED: dict[tuple[Any, ...], list[Column]] = {}
+# Executor connections, reused by the tasks of one Python worker process
+_CONNECTIONS: ClientCache[Any] = ClientCache("postgresql connections", lambda c: c.close())
 
 
 @dataclass
@@ -74,14 +77,11 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
     guarantee = "exactly-once"
     extra = "postgresql"
     supports_overwrite = True
-    _transient = ("_conn", "_slot")
 
     def __init__(self, options: PostgreSQLOptions, *, overwrite: bool = False) -> None:
         super().__init__(options, overwrite=overwrite)
         self.columns: list[Column] | None = None
         self.exclude: tuple[str, ...] = ()
-        self._conn: Any = None
-        self._slot: ConnectionSlot | None = None
 
     @classmethod
     def check_dependencies(cls) -> None:
@@ -182,22 +182,28 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
 
     # ------------------------------------------------------------------ executor
 
-    def setup(self) -> None:
-        self._slot = ConnectionSlot(self.options)
-        self._slot.acquire()
+    def setup(self, task: Task) -> None:
+        opts = self.options
+        slot = MachineSlots("pg", f"{opts.host}:{opts.port}", opts.max_connections_per_executor)
+        slot.acquire()
+        task.on_close(slot.release)
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._slot is not None:
-            self._slot.release()
-            self._slot = None
+    def _connection(self, task: Task | None) -> Any:
+        """The task's connection: the process's cached one, healthy and idle, or a new one."""
+        key = client_key(self.options)
+        conn = _CONNECTIONS.get(key, lambda: connect(self.options))
+        if conn.closed:
+            _CONNECTIONS.discard(key)
+            conn = _CONNECTIONS.get(key, lambda: connect(self.options))
+        if task is not None and "conn" not in task.state:
+            task.state["conn"] = conn
 
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.options)
-        return self._conn
+            def release() -> None:  # a connection left broken or mid-transaction goes
+                if conn.closed or conn.get_transaction_status() != 0:  # 0: idle
+                    _CONNECTIONS.discard(key)
+
+            task.on_close(release)
+        return conn
 
     def write(self, batch: SinkBatch) -> StagedRows:
         psycopg2 = import_psycopg2()
@@ -213,7 +219,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             )
         check_not_null(batch, columns, opts.primary_key_columns)
         staged = StagedRows()
-        conn = self._connection()
+        conn = self._connection(batch.task)
         targets = self._tables(batch)
         try:
             with conn.cursor() as cur:

@@ -1,0 +1,168 @@
+"""Destination clients on executors: one bounded per-process cache, one per-machine cap.
+
+Spark reuses its Python worker processes between tasks, so a client (an HTTP session, a
+database connection) made by one task can serve the next ones of the same process.
+:class:`ClientCache` keeps them, least recently used first out, keyed by
+:func:`client_key` (secrets only as a digest), and closes them when evicted or when the
+process exits.
+
+:class:`MachineSlots` caps how many tasks of **one machine** hold a connection to one
+server at once: each Spark task runs in its own Python worker process, so the cap is a
+set of lock files in the machine's temp folder, one ``flock`` per holder. The kernel
+drops a lock when its process dies, so a killed task never leaks a slot. On a cluster
+the bound is per machine: N executor machines open up to N x ``slots`` connections.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Generic, TypeVar
+
+from .errors import RetryableError
+from .options import SinkOptions
+
+__all__ = ["ClientCache", "MachineSlots", "client_key"]
+
+logger = logging.getLogger("quixsinks.clients")
+C = TypeVar("C")
+
+_CACHES: weakref.WeakSet[ClientCache[Any]] = weakref.WeakSet()
+
+
+def client_key(options: SinkOptions, *extra: Hashable) -> tuple[Hashable, ...]:
+    """A cache key for a client made from ``options``: secret values only as a digest."""
+    parts: list[Hashable] = [type(options).__qualname__]
+    for spec in options.specs():
+        value = getattr(options, spec.name)
+        if spec.secret and value is not None:
+            value = "sha256:" + hashlib.sha256(str(value).encode()).hexdigest()
+        parts.append((spec.name, value))
+    return (*parts, *extra)
+
+
+class ClientCache(Generic[C]):
+    """Clients of one kind, per process, at most ``max_size`` (LRU), closed on the way out.
+
+    Args:
+        name: for log lines, e.g. ``"postgresql connections"``.
+        close: how to close a client (errors are logged, never raised).
+        max_size: clients kept; the least recently used one is closed beyond that.
+    """
+
+    def __init__(self, name: str, close: Callable[[C], object], *, max_size: int = 8) -> None:
+        self.name = name
+        self._close = close
+        self.max_size = max_size
+        self._clients: OrderedDict[Hashable, C] = OrderedDict()
+        self._lock = threading.Lock()
+        _CACHES.add(self)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def get(self, key: Hashable, create: Callable[[], C]) -> C:
+        """The cached client for ``key``, made with ``create()`` when there is none."""
+        with self._lock:
+            client = self._clients.get(key)
+            if client is not None:
+                self._clients.move_to_end(key)
+                return client
+        client = create()
+        evicted: list[C] = []
+        with self._lock:
+            self._clients[key] = client
+            while len(self._clients) > self.max_size:
+                evicted.append(self._clients.popitem(last=False)[1])
+        for old in evicted:
+            self._close_quietly(old)
+        return client
+
+    def discard(self, key: Hashable) -> None:
+        """Close and forget the client of ``key`` (e.g. after its connection broke)."""
+        with self._lock:
+            client = self._clients.pop(key, None)
+        if client is not None:
+            self._close_quietly(client)
+
+    def clear(self) -> None:
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for client in clients:
+            self._close_quietly(client)
+
+    def _close_quietly(self, client: C) -> None:
+        try:
+            self._close(client)
+        except Exception as exc:  # closing is best effort
+            logger.debug("%s: closing a client failed: %s", self.name, exc)
+
+
+@atexit.register
+def _close_all() -> None:
+    for cache in list(_CACHES):
+        cache.clear()
+
+
+class MachineSlots:
+    """At most ``slots`` holders at once on this machine, per ``server`` (see module doc).
+
+    Args:
+        kind: what is capped, e.g. ``"pg"`` (part of the lock folder's name).
+        server: which server the cap is for (host and port; never credentials).
+        slots: holders allowed at once.
+    """
+
+    def __init__(self, kind: str, server: str, slots: int, *, poll_seconds: float = 0.05) -> None:
+        key = hashlib.sha1(server.encode()).hexdigest()[:16]
+        self.folder = os.path.join(tempfile.gettempdir(), f"quixsinks-{kind}-slots-{key}")
+        self.server = server
+        self.slots = slots
+        self.poll_seconds = poll_seconds
+        self._handle: Any = None
+
+    def acquire(self, timeout: float = 600.0) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            for slot in range(self.slots):
+                handle = open(os.path.join(self.folder, f"{slot}.lock"), "a")  # noqa: SIM115
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    continue
+                self._handle = handle
+                return
+            if time.monotonic() > deadline:
+                raise RetryableError(
+                    f"{self.server}: no free connection slot on this machine in {timeout:.0f} s "
+                    f"({self.slots} allowed at once)"
+                )
+            time.sleep(self.poll_seconds)
+
+    def release(self) -> None:
+        if self._handle is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
