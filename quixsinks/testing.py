@@ -13,11 +13,20 @@ no such options; a test registers the faulty twin next to the real one::
 Phases: ``write`` (the task fails), ``commit-before`` (the driver fails before the
 sink's commit), ``commit-after`` (the commit landed, then the driver fails, so Spark
 aborts and later replays a batch that is already in the destination).
+
+:func:`kill_at_random` is the driver-kill test of the built-in sinks, for yours: it
+starts a streaming job script, SIGKILLs its whole process group (driver, JVM, Python
+workers) at random moments after it made progress, and leaves the restart to you.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -25,7 +34,7 @@ from quixsinks.core.batch import SinkBatch
 from quixsinks.core.options import option
 from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink
 
-__all__ = ["InjectedFault", "faulty"]
+__all__ = ["InjectedFault", "faulty", "kill_at_random"]
 
 S = TypeVar("S", bound=Sink[Any, Any])
 
@@ -96,3 +105,50 @@ def faulty(sink_class: type[S]) -> type[S]:
         },
     )
     return cls
+
+
+def kill_at_random(
+    command: Sequence[str],
+    progress: Callable[[], int],
+    *,
+    kills: int = 3,
+    seed: int | None = None,
+    max_delay: float = 1.5,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    log_path: str | None = None,
+) -> int:
+    """Start ``command`` and kill its process group at random moments, ``kills`` times.
+
+    Each round starts the job in a new session, waits until ``progress()`` (e.g. the
+    number of committed micro-batches you can see in the destination) grows, sleeps a
+    random 0..``max_delay`` seconds and SIGKILLs the whole group. A job that finishes
+    first ends the rounds early. Returns how many times it was killed; then run the job
+    once more to completion and check the destination row by row.
+    """
+    rng = random.Random(seed)
+    done = 0
+    for _ in range(kills):
+        before = progress()
+        with open(log_path or os.devnull, "ab") as log:
+            job = subprocess.Popen(
+                list(command),
+                start_new_session=True,
+                env=dict(env) if env is not None else None,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + timeout
+        while progress() <= before and job.poll() is None:
+            if time.monotonic() > deadline:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+                raise TimeoutError(f"{command[0]}: no progress in {timeout:.0f} s")
+            time.sleep(0.05)
+        if job.poll() is not None:
+            break
+        time.sleep(rng.uniform(0, max_delay))
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=60)
+        done += 1
+    return done

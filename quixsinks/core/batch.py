@@ -53,9 +53,14 @@ class WriteContext:
         query reuses the sink id with batch ids from 0 again, and must not replace the
         files of the old query's batches.
         """
-        if not self.query_id or self.query_id == self.sink_id:
-            return self.sink_id
-        return f"{self.sink_id}-{self.query_id[:8]}"
+        return name_prefix(self.sink_id, self.query_id)
+
+
+def name_prefix(sink_id: str, query_id: str) -> str:
+    """See :attr:`WriteContext.name_prefix` (the driver computes it from its CommitContext)."""
+    if not query_id or query_id == sink_id:
+        return sink_id
+    return f"{sink_id}-{query_id[:8]}"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,11 @@ from typing import BinaryIO
 
 from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
 
-__all__ = ["Destination", "LocalDestination"]
+__all__ = ["Destination", "LocalDestination", "destination_for"]
+
+#: URL schemes of object stores (the file sink's object-storage support is not in this
+#: version yet: they are refused with a clear error)
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "abfs", "abfss", "az", "gs")
 
 
 class Destination(ABC):
@@ -83,7 +87,15 @@ class Destination(ABC):
 
     @abstractmethod
     def create_exclusive(self, key: str, data: bytes) -> bool:
-        """Create ``key`` with ``data`` if it does not exist; False if it already did."""
+        """Create ``key`` with ``data`` if it does not exist; False if it already did.
+
+        Readers never see a partial object: the content is complete and durable before
+        the key appears.
+        """
+
+    @abstractmethod
+    def modified(self, key: str) -> float | None:
+        """When ``key`` was last written (epoch seconds), or None if it does not exist."""
 
     def delete_prefix(self, prefix: str) -> None:
         self.delete(self.list(prefix))
@@ -170,6 +182,8 @@ class LocalDestination(Destination):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
     def write_bytes(self, key: str, data: bytes) -> None:
         path = self.path(key)
@@ -182,6 +196,8 @@ class LocalDestination(Destination):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 produce(f)
+                f.flush()
+                os.fsync(f.fileno())
                 return f.tell()
 
     def read_bytes(self, key: str) -> bytes:
@@ -191,6 +207,12 @@ class LocalDestination(Destination):
 
     def exists(self, key: str) -> bool:
         return os.path.exists(self.path(key))
+
+    def modified(self, key: str) -> float | None:
+        try:
+            return os.path.getmtime(self.path(key))
+        except FileNotFoundError:
+            return None
 
     def list(self, prefix: str = "") -> list[str]:
         base = self.path(prefix) if prefix else self.root
@@ -235,6 +257,7 @@ class LocalDestination(Destination):
         with _translate(source):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(source, target)
+            _fsync_dir(os.path.dirname(target))
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
         # Write the content under a unique name, then link it into place: the link is
@@ -245,6 +268,7 @@ class LocalDestination(Destination):
             self._write(temp, data)
             try:
                 os.link(temp, path)
+                _fsync_dir(os.path.dirname(path))
                 return True
             except FileExistsError:
                 return False
@@ -258,10 +282,61 @@ class LocalDestination(Destination):
 
     @staticmethod
     def _create_exclusive_open(path: str, data: bytes) -> bool:
+        """Without hard links: O_EXCL. A crash between create and write can leave the file
+        empty; readers of markers treat an empty one as torn (see publish.read_marker)."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(os.path.dirname(path))
         return True
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a rename or link in ``folder`` durable (a no-op where directories cannot be
+    opened for fsync)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def destination_for(path: str, *, option_name: str = "path") -> Destination:
+    """The Destination a ``path`` option names: a local path or ``file://`` URL.
+
+    A relative or ``~`` path is resolved here, once, on the driver: executors get the
+    absolute path.
+    """
+    from .errors import OptionError
+
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        return LocalDestination(path)
+    scheme = scheme.lower()
+    if scheme == "file":
+        return LocalDestination(rest if rest.startswith("/") else "/" + rest)
+    if scheme in OBJECT_STORE_SCHEMES:
+        raise OptionError(
+            f"option {option_name!r}: {scheme}:// paths are not supported by this version of "
+            "quixsinks yet; write to a local or mounted directory",
+            option=option_name,
+            value=path,
+            allowed=("a local path", "file://"),
+        )
+    raise OptionError(
+        f"option {option_name!r}: unknown URL scheme {scheme!r} in {path!r}; use a local path "
+        "or a file:// URL",
+        option=option_name,
+        value=path,
+        allowed=("a local path", "file://"),
+    )

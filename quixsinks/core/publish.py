@@ -22,10 +22,22 @@ with ``append``)
     recorded length before anything else is appended, as a Bytewax file partition
     resumes from its recorded offset.
 
+Both protocols keep a **fenced ledger** (:mod:`quixsinks.core.ledger`): every entry
+carries the streaming query id, the marker folder of a sink id holds an ``owner`` object
+(created create-only by the first query that commits), and a query that does not own the
+sink id fails before anything is published (``LedgerFenceError``) unless the options
+hand the sink id over (``takeover_query_id``).
+
 Readers of the plain directory may see a half-published batch for a moment, never a
 duplicate. ``abort`` deletes staged files, except those of a batch whose marker
 exists: that batch has been committed (Spark can call abort after a commit that
-raised late), and its replay will finish it.
+raised late), and its replay will finish it. A failed batch ``df.write`` (never
+replayed) is rolled back instead: published files, marker and staging are removed.
+
+In overwrite (complete) mode a committer that finds a newer batch of its sink id already
+committed is *superseded*: it publishes nothing and deletes nothing of the newer batch.
+Staging that nobody will publish (a query that never runs again) is swept by later
+commits once it is older than ``staging_max_age_hours`` and no marker names it.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,16 +57,18 @@ from typing import Any, BinaryIO
 
 from .batch import WriteContext
 from .destinations import Destination, LocalDestination
-from .errors import CommitError, DestinationNotFoundError
+from .errors import CommitError, DestinationError, DestinationNotFoundError, LedgerFenceError
+from .ledger import DEFAULT_KEEP_BATCHES, Ledger, LedgerEntry, LedgerStore, check_sink_id
 
 __all__ = ["AppendPublisher", "FilePublisher", "PublishResult", "StagedFile", "StagingArea"]
 
 logger = logging.getLogger("quixsinks.publish")
 
-#: Ledger entries (markers) kept per sink id; Spark replays only the last batches.
-KEEP_BATCHES = 100
 _BATCH_DIGITS = 20
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+#: An empty marker older than this was torn by a crash between create and write.
+TORN_MARKER_SECONDS = 60.0
+#: Staging older than this, that no marker names, belongs to nobody (hours).
+DEFAULT_STAGING_MAX_AGE_HOURS = 24.0
 
 
 @dataclass(frozen=True)
@@ -66,26 +81,33 @@ class StagedFile:
     nbytes: int
 
 
-def check_sink_id(sink_id: str) -> str:
-    if not _SAFE_ID.match(sink_id) or sink_id in (".", ".."):
-        raise ValueError(f"sink id {sink_id!r} may only contain letters, digits, '.', '_' and '-'")
-    return sink_id
-
-
 class StagingArea:
     """The hidden folder (``state_prefix``) where tasks stage and the ledger lives."""
 
-    def __init__(self, destination: Destination, state_prefix: str = "_quixsinks") -> None:
+    def __init__(
+        self,
+        destination: Destination,
+        state_prefix: str = "_quixsinks",
+        *,
+        keep_batches: int = DEFAULT_KEEP_BATCHES,
+        staging_max_age_hours: float = DEFAULT_STAGING_MAX_AGE_HOURS,
+    ) -> None:
         self.destination = destination
         self.state_prefix = state_prefix
+        self.keep_batches = keep_batches
+        self.staging_max_age_hours = staging_max_age_hours
 
     def batch_prefix(self, sink_id: str, batch_id: int) -> str:
         return f"{self.state_prefix}/staging/{check_sink_id(sink_id)}/{batch_id:0{_BATCH_DIGITS}d}"
 
+    def ledger_prefix(self, sink_id: str) -> str:
+        return f"{self.state_prefix}/ledger/{check_sink_id(sink_id)}"
+
     def marker_key(self, sink_id: str, batch_id: int) -> str:
-        return (
-            f"{self.state_prefix}/ledger/{check_sink_id(sink_id)}/{batch_id:0{_BATCH_DIGITS}d}.json"
-        )
+        return f"{self.ledger_prefix(sink_id)}/{batch_id:0{_BATCH_DIGITS}d}.json"
+
+    def owner_key(self, sink_id: str) -> str:
+        return f"{self.ledger_prefix(sink_id)}/owner.json"
 
     def check(self) -> None:
         """Prove (on the driver) that the destination and the staging area are writable."""
@@ -120,17 +142,137 @@ class StagingArea:
         self.destination.delete_prefix(self.batch_prefix(sink_id, batch_id))
 
     def prune(self, sink_id: str, batch_id: int) -> None:
-        """Forget markers older than KEEP_BATCHES and leftovers of earlier batches."""
-        ledger = f"{self.state_prefix}/ledger/{check_sink_id(sink_id)}"
+        """Forget markers older than ``keep_batches`` and leftovers of earlier batches."""
+        ledger = self.ledger_prefix(sink_id)
         old = [
             k
             for k in self.destination.list(ledger)
-            if _batch_of(k, ledger) < batch_id - KEEP_BATCHES
+            if 0 <= _batch_of(k, ledger) < batch_id - self.keep_batches
         ]
         staging = f"{self.state_prefix}/staging/{sink_id}"
         old += [k for k in self.destination.list(staging) if _batch_of(k, staging) < batch_id]
         if old:
             self.destination.delete(old)
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Delete abandoned staging: batch folders of any sink id that no marker names and
+        whose newest file is older than ``staging_max_age_hours``. Returns what went."""
+        now = time.time() if now is None else now
+        limit = now - self.staging_max_age_hours * 3600
+        root = f"{self.state_prefix}/staging"
+        folders: dict[tuple[str, str], list[str]] = {}
+        for key in self.destination.list(root):
+            parts = key[len(root) + 1 :].split("/")
+            if len(parts) >= 2:
+                folders.setdefault((parts[0], parts[1]), []).append(key)
+        doomed: list[str] = []
+        for (sink_id, batch), keys in folders.items():
+            if not batch.isdigit() or self.destination.exists(self.marker_key(sink_id, int(batch))):
+                continue  # a committed batch whose publish a replay may still finish
+            times = [self.destination.modified(k) or now for k in keys]
+            if max(times) < limit:
+                doomed.extend(keys)
+        if doomed:
+            logger.warning(
+                "%s: deleting %d abandoned staged file(s) older than %g h",
+                self.destination.url,
+                len(doomed),
+                self.staging_max_age_hours,
+            )
+            self.destination.delete(doomed)
+        return doomed
+
+    def ledger(self, takeover_query_id: str | None = None) -> Ledger:
+        """The fenced ledger kept in this staging area's marker folders."""
+        return Ledger(
+            MarkerStore(self),
+            takeover_query_id=takeover_query_id,
+            keep_batches=self.keep_batches,
+        )
+
+    def read_marker(self, key: str) -> dict[str, Any] | None:
+        """A marker's manifest; None when it is missing, or torn (empty and old enough)."""
+        try:
+            data = self.destination.read_bytes(key)
+        except DestinationNotFoundError:
+            return None
+        if data.strip():
+            parsed: dict[str, Any] = json.loads(data)
+            return parsed
+        age = time.time() - (self.destination.modified(key) or time.time())
+        if age < TORN_MARKER_SECONDS:
+            raise CommitError(
+                f"marker {key} is being written by another committer (or was torn less than "
+                f"{TORN_MARKER_SECONDS:g} s ago); the batch will be committed by the replay"
+            )
+        logger.warning("%s: removing a marker torn by a crash (empty)", key)
+        self.destination.delete([key])
+        return None
+
+
+class MarkerStore(LedgerStore):
+    """Ledger entries as marker objects, plus one ``owner`` object per sink id."""
+
+    def __init__(self, staging: StagingArea) -> None:
+        self.staging = staging
+        self.destination = staging.destination
+
+    def owners(self, sink_id: str) -> set[str]:
+        owner = self.staging.read_marker(self.staging.owner_key(sink_id))
+        if owner is not None:
+            return {str(owner.get("query_id", ""))}
+        # markers without an owner object (quixsinks 0.1): their query ids, if any
+        prefix = self.staging.ledger_prefix(sink_id)
+        markers = [k for k in self.destination.list(prefix) if _batch_of(k, prefix) >= 0]
+        if not markers:
+            return set()
+        newest = self.staging.read_marker(markers[-1])
+        return {str(newest.get("query_id", ""))} if newest is not None else set()
+
+    def claim(self, sink_id: str, query_id: str) -> None:
+        """Make ``query_id`` the owner (create-only); LedgerFenceError if another is."""
+        key = self.staging.owner_key(sink_id)
+        body = json.dumps({"sink_id": sink_id, "query_id": query_id}).encode()
+        if self.destination.create_exclusive(key, body):
+            return
+        owner = self.staging.read_marker(key)
+        if owner is None:  # torn, removed: try once more
+            if self.destination.create_exclusive(key, body):
+                return
+            owner = self.staging.read_marker(key) or {}
+        if owner.get("query_id") != query_id:
+            raise LedgerFenceError(
+                sink_id=sink_id, owner_query_id=str(owner.get("query_id", "")), query_id=query_id
+            )
+
+    def get(self, sink_id: str, batch_id: int) -> LedgerEntry | None:
+        manifest = self.staging.read_marker(self.staging.marker_key(sink_id, batch_id))
+        if manifest is None:
+            return None
+        return LedgerEntry(sink_id, batch_id, str(manifest.get("query_id", "")))
+
+    def record(self, entry: LedgerEntry) -> bool:
+        body = json.dumps(
+            {"sink_id": entry.sink_id, "batch_id": entry.batch_id, "query_id": entry.query_id}
+        ).encode()
+        return self.destination.create_exclusive(
+            self.staging.marker_key(entry.sink_id, entry.batch_id), body
+        )
+
+    def drop_query(self, sink_id: str, query_id: str) -> None:
+        # a sink id has one owner at a time: every marker and the owner object go
+        self.destination.delete(self.destination.list(self.staging.ledger_prefix(sink_id)))
+
+    def prune(self, sink_id: str, below_batch_id: int) -> None:
+        prefix = self.staging.ledger_prefix(sink_id)
+        self.destination.delete(
+            [k for k in self.destination.list(prefix) if 0 <= _batch_of(k, prefix) < below_batch_id]
+        )
+
+    def newest_batch(self, sink_id: str) -> int:
+        prefix = self.staging.ledger_prefix(sink_id)
+        batches = [_batch_of(k, prefix) for k in self.destination.list(prefix)]
+        return max(batches, default=-1)
 
 
 def _batch_of(key: str, prefix: str) -> int:
@@ -143,14 +285,17 @@ def _batch_of(key: str, prefix: str) -> int:
 class PublishResult:
     files: int
     already_committed: bool
+    superseded: bool = False
 
 
 class FilePublisher:
     """Publishes staged files to fixed final keys, exactly once per (sink id, batch id)."""
 
-    def __init__(self, staging: StagingArea) -> None:
+    def __init__(self, staging: StagingArea, takeover_query_id: str | None = None) -> None:
         self.staging = staging
         self.destination = staging.destination
+        self.store = MarkerStore(staging)
+        self.ledger = staging.ledger(takeover_query_id)
 
     def is_committed(self, sink_id: str, batch_id: int) -> bool:
         return self.destination.exists(self.staging.marker_key(sink_id, batch_id))
@@ -161,82 +306,182 @@ class FilePublisher:
         batch_id: int,
         files: Sequence[StagedFile],
         *,
+        query_id: str = "",
         replace_prefix: str | None = None,
+        name_prefix: str | None = None,
         keep_ledger: bool = True,
     ) -> PublishResult:
         """Publish a batch (driver side). See the module docstring for the protocol.
 
         Args:
+            query_id: the streaming query committing (fences the ledger).
+            name_prefix: overwrite mode: published names of this writer start with
+                ``<name_prefix>-<batch id, 10 digits>-``; files of its newer batches are
+                never deleted by an older batch.
             replace_prefix: overwrite mode: delete every published file whose key starts
                 with this prefix (outside the state folder) before moving the new ones.
             keep_ledger: keep the marker so a replay is recognised (streaming); a batch
                 write, which Spark never replays, drops it at the end.
         """
+        self.ledger.fence(sink_id, query_id)
+        self.store.claim(sink_id, query_id)
         marker = self.staging.marker_key(sink_id, batch_id)
+        if replace_prefix is not None and self.store.newest_batch(sink_id) > batch_id:
+            return self._superseded(sink_id, batch_id)
         manifest: dict[str, Any] = {
             "sink_id": sink_id,
             "batch_id": batch_id,
+            "query_id": query_id,
             "replace_prefix": replace_prefix,
             "files": [[f.staging_key, f.final_key] for f in files],
         }
         created = self.destination.create_exclusive(marker, json.dumps(manifest).encode())
         if not created:
-            manifest = json.loads(self.destination.read_bytes(marker))
-            logger.info(
-                "sink %s batch %d: already committed, finishing its publish", sink_id, batch_id
-            )
+            existing = self.staging.read_marker(marker)
+            if existing is None:  # torn and removed: this commit takes its place
+                created = self.destination.create_exclusive(marker, json.dumps(manifest).encode())
+                existing = manifest if created else self.staging.read_marker(marker)
+            if existing is None or existing.get("query_id", "") != query_id:
+                raise LedgerFenceError(
+                    sink_id=sink_id,
+                    owner_query_id=str((existing or {}).get("query_id", "")),
+                    query_id=query_id,
+                )
+            manifest = existing
+            if not created:
+                logger.info(
+                    "sink %s batch %d: already committed, finishing its publish", sink_id, batch_id
+                )
         moves = [(src, dst) for src, dst in manifest["files"]]
         if manifest.get("replace_prefix") is not None:
-            self._delete_published(str(manifest["replace_prefix"]), {dst for _, dst in moves})
+            newer = _newer_batch_pattern(name_prefix or sink_id)
+            self._delete_published(
+                str(manifest["replace_prefix"]), {dst for _, dst in moves}, batch_id, newer
+            )
         for src, dst in moves:
             try:
                 self.destination.move(src, dst)
                 continue
             except DestinationNotFoundError:
                 pass  # moved already: by an earlier attempt, or a concurrent committer
-            if not self.destination.exists(dst):
-                raise CommitError(
-                    f"sink {sink_id} batch {batch_id}: staged file {src} is gone and "
-                    f"{dst} was never published; the staging folder was deleted by hand?"
-                )
+            if self.destination.exists(dst):
+                continue
+            if manifest.get("replace_prefix") is not None and (
+                self.store.newest_batch(sink_id) > batch_id
+            ):
+                return self._superseded(sink_id, batch_id)
+            raise CommitError(
+                f"sink {sink_id} batch {batch_id}: staged file {src} is gone and {dst} was "
+                "never published; the staging folder was deleted by hand?"
+            )
+        if manifest.get("replace_prefix") is not None and (
+            self.store.newest_batch(sink_id) > batch_id
+        ):  # a newer batch landed while we moved: ours is out of date, its files go
+            self.destination.delete([dst for _, dst in moves])
+            return self._superseded(sink_id, batch_id)
         self.staging.discard(sink_id, batch_id)
         if keep_ledger:
             self.staging.prune(sink_id, batch_id)
+            self.staging.sweep()
         else:
-            self.destination.delete([marker])
+            self.destination.delete([marker, self.staging.owner_key(sink_id)])
         return PublishResult(files=len(moves), already_committed=not created)
 
-    def _delete_published(self, prefix: str, keep: set[str]) -> None:
+    def _superseded(self, sink_id: str, batch_id: int) -> PublishResult:
+        logger.warning(
+            "sink %s batch %d: a newer batch has been committed (complete mode); this one is "
+            "out of date and is not published",
+            sink_id,
+            batch_id,
+        )
+        self.staging.discard(sink_id, batch_id)
+        return PublishResult(files=0, already_committed=False, superseded=True)
+
+    def _delete_published(
+        self, prefix: str, keep: set[str], batch_id: int, ours: re.Pattern[str]
+    ) -> None:
+        """Overwrite: delete what is published under ``prefix``, except the batch's own
+        files and files of newer batches (a lagging committer never removes those)."""
         state = self.staging.state_prefix + "/"
-        doomed = [
-            key
-            for key in self.destination.list(prefix)
-            if not key.startswith(state)
-            and key not in keep
-            and not any(part.startswith((".", "_")) for part in key.split("/"))
-        ]
+        doomed = []
+        for key in self.destination.list(prefix):
+            if key.startswith(state) or key in keep:
+                continue
+            if any(part.startswith((".", "_")) for part in key.split("/")):
+                continue
+            match = ours.match(key.rsplit("/", 1)[-1])
+            if match and int(match.group(1)) > batch_id:
+                continue
+            doomed.append(key)
         self.destination.delete(doomed)
 
-    def abort(self, sink_id: str, batch_id: int, files: Sequence[StagedFile]) -> None:
-        """Delete this attempt's staged files, unless the batch was in fact committed."""
-        if self.is_committed(sink_id, batch_id):
-            logger.warning(
-                "sink %s batch %d: abort after a commit that landed; keeping it", sink_id, batch_id
-            )
+    def abort(
+        self, sink_id: str, batch_id: int, files: Sequence[StagedFile], *, streaming: bool = True
+    ) -> None:
+        """Clean up after a failed batch.
+
+        Streaming: delete this attempt's staged files, unless the batch was committed (its
+        replay finishes it). A batch write is never replayed: roll it back whole (published
+        files of its manifest, marker, every attempt's staging).
+        """
+        marker = self.staging.marker_key(sink_id, batch_id)
+        if streaming:
+            if self.is_committed(sink_id, batch_id):
+                logger.warning(
+                    "sink %s batch %d: abort after a commit that landed; keeping it",
+                    sink_id,
+                    batch_id,
+                )
+                return
+            self.destination.delete([f.staging_key for f in files])
             return
-        self.destination.delete([f.staging_key for f in files])
+        try:
+            manifest = self.staging.read_marker(marker)
+        except CommitError:
+            manifest = None
+        if manifest is not None:
+            logger.warning(
+                "write %s failed after its publish began: removing its %d file(s)",
+                sink_id,
+                len(manifest["files"]),
+            )
+            self.destination.delete([dst for _, dst in manifest["files"]])
+        self.staging.discard(sink_id, batch_id)
+        self.destination.delete([marker, self.staging.owner_key(sink_id)])
+
+
+def _newer_batch_pattern(name_prefix: str) -> re.Pattern[str]:
+    """Matches this writer's published names, capturing the batch id."""
+    return re.compile(re.escape(name_prefix) + r"-(\d{10})-")
 
 
 class AppendPublisher:
-    """Appends staged pieces to one local file, exactly once per (sink id, batch id)."""
+    """Appends staged pieces to one local file, exactly once per (sink id, batch id).
 
-    def __init__(self, staging: StagingArea, target_key: str, ledger_key: str) -> None:
+    The ledger is a log of JSON lines beside the file, serialised by a lock file; it is
+    compacted (rewritten atomically) once it holds more than twice ``keep_batches``
+    entries of finished batches per sink id.
+    """
+
+    def __init__(
+        self,
+        staging: StagingArea,
+        target_key: str,
+        ledger_key: str,
+        takeover_query_id: str | None = None,
+    ) -> None:
         if not isinstance(staging.destination, LocalDestination):
-            raise TypeError("appending needs a local destination")
+            raise DestinationError(
+                "appending to one file needs a local (or mounted) directory, not "
+                f"{staging.destination.url}; use the file sink without append=true",
+                location=staging.destination.url,
+            )
         self.staging = staging
         self.destination: LocalDestination = staging.destination
         self.target = self.destination.path(target_key)
         self.ledger = self.destination.path(ledger_key)
+        self.lock = self.ledger + ".lock"
+        self.takeover_query_id = takeover_query_id
 
     @contextlib.contextmanager
     def _locked_ledger(
@@ -249,42 +494,63 @@ class AppendPublisher:
         preceding ``begin`` is rolled back.
         """
         os.makedirs(os.path.dirname(self.ledger), exist_ok=True)
-        with open(os.open(self.ledger, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        with open(os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                text = handle.read()
-                complete = text[: text.rfind(b"\n") + 1]
-                if len(complete) != len(text):
-                    handle.truncate(len(complete))
-                handle.seek(len(complete))
-                entries = [json.loads(line) for line in complete.splitlines() if line.strip()]
+                with open(os.open(self.ledger, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
+                    text = handle.read()
+                    complete = text[: text.rfind(b"\n") + 1]
+                    if len(complete) != len(text):
+                        handle.truncate(len(complete))
+                    handle.seek(len(complete))
+                    entries = [json.loads(line) for line in complete.splitlines() if line.strip()]
 
-                def log(entry: dict[str, Any]) -> None:
-                    handle.write(json.dumps(entry).encode() + b"\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                    def log(entry: dict[str, Any]) -> None:
+                        handle.write(json.dumps(entry).encode() + b"\n")
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                        entries.append(entry)
 
-                yield entries, log
+                    yield entries, log
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def is_committed(self, sink_id: str, batch_id: int) -> bool:
+    def _entries(self) -> list[dict[str, Any]]:
+        """The ledger's complete lines, read without the lock (a torn last line is no entry)."""
         if not os.path.exists(self.ledger):
-            return False
+            return []
         with open(self.ledger, "rb") as handle:
             text = handle.read()
-        complete = text[: text.rfind(b"\n") + 1]  # a torn last line is no entry
-        return any(
-            _is_done(json.loads(line), sink_id, batch_id)
-            for line in complete.splitlines()
-            if line.strip()
+        complete = text[: text.rfind(b"\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def fenced_ledger(self, store: AppendLogStore | None = None) -> Ledger:
+        return Ledger(
+            store or AppendLogStore(self._entries()),
+            takeover_query_id=self.takeover_query_id,
+            keep_batches=self.staging.keep_batches,
         )
 
+    def is_committed(self, sink_id: str, batch_id: int) -> bool:
+        return any(_is_done(e, sink_id, batch_id) for e in self._entries())
+
     def publish(
-        self, sink_id: str, batch_id: int, files: Sequence[StagedFile], header: bytes = b""
+        self,
+        sink_id: str,
+        batch_id: int,
+        files: Sequence[StagedFile],
+        header: bytes = b"",
+        *,
+        query_id: str = "",
     ) -> PublishResult:
         with self._locked_ledger() as (entries, log):
-            if any(_is_done(e, sink_id, batch_id) for e in entries):
+            store = AppendLogStore(entries)
+            self.fenced_ledger(store).fence(sink_id, query_id)
+            if store.dropped:
+                self._rewrite([e for e in entries if e not in store.dropped])
+                entries[:] = [e for e in entries if e not in store.dropped]
+            done = store.get(sink_id, batch_id)
+            if done is not None:
                 self.staging.discard(sink_id, batch_id)
                 return PublishResult(files=0, already_committed=True)
             size = os.path.getsize(self.target) if os.path.exists(self.target) else 0
@@ -301,8 +567,9 @@ class AppendPublisher:
                 )
                 with open(self.target, "r+b") as f:
                     f.truncate(offset)
+                    os.fsync(f.fileno())
                 size = offset
-            entry = {"sink_id": sink_id, "batch_id": batch_id, "offset": size}
+            entry = {"sink_id": sink_id, "batch_id": batch_id, "query_id": query_id, "offset": size}
             log({**entry, "state": "begin"})
             # r+b and a seek, not "ab": sendfile refuses files opened with O_APPEND
             with open(os.open(self.target, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as out:
@@ -315,14 +582,74 @@ class AppendPublisher:
                 os.fsync(out.fileno())
                 end = out.tell()
             log({**entry, "state": "done", "end": end})
+            self._compact(entries)
         self.staging.discard(sink_id, batch_id)
         self.staging.prune(sink_id, batch_id)
+        self.staging.sweep()
         return PublishResult(files=len(files), already_committed=False)
+
+    def _compact(self, entries: list[dict[str, Any]]) -> None:
+        """Keep the newest ``keep_batches`` finished entries per sink id (lock held)."""
+        keep = self.staging.keep_batches
+        per_sink: dict[str, list[dict[str, Any]]] = {}
+        for e in entries:
+            if e.get("state") == "done":
+                per_sink.setdefault(str(e.get("sink_id")), []).append(e)
+        if all(len(done) <= 2 * keep for done in per_sink.values()):
+            return
+        kept = [e for done in per_sink.values() for e in done[-keep:]]
+        self._rewrite(sorted(kept, key=entries.index))
+
+    def _rewrite(self, entries: list[dict[str, Any]]) -> None:
+        """Replace the ledger atomically (temp file, fsync, rename) with ``entries``."""
+        temp = f"{self.ledger}.{uuid.uuid4().hex}.tmp"
+        with open(temp, "wb") as f:
+            f.write(b"".join(json.dumps(e).encode() + b"\n" for e in entries))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, self.ledger)
 
     def abort(self, sink_id: str, batch_id: int, files: Sequence[StagedFile]) -> None:
         if self.is_committed(sink_id, batch_id):
             return
         self.destination.delete([f.staging_key for f in files])
+
+
+class AppendLogStore(LedgerStore):
+    """The append ledger's entries (read under its lock) as a LedgerStore."""
+
+    def __init__(self, entries: list[dict[str, Any]]) -> None:
+        self.entries = entries
+        self.dropped: list[dict[str, Any]] = []
+
+    def owners(self, sink_id: str) -> set[str]:
+        return {
+            str(e.get("query_id", ""))
+            for e in self.entries
+            if e.get("sink_id") == sink_id and e.get("state") == "done"
+        }
+
+    def get(self, sink_id: str, batch_id: int) -> LedgerEntry | None:
+        for e in self.entries:
+            if _is_done(e, sink_id, batch_id):
+                return LedgerEntry(sink_id, batch_id, str(e.get("query_id", "")))
+        return None
+
+    def record(self, entry: LedgerEntry) -> bool:  # pragma: no cover - publish() logs
+        raise NotImplementedError("AppendPublisher records begin/done lines itself")
+
+    def drop_query(self, sink_id: str, query_id: str) -> None:
+        last = self.entries[-1] if self.entries else None
+        self.dropped = [
+            e
+            for e in self.entries
+            if e.get("sink_id") == sink_id
+            and str(e.get("query_id", "")) == query_id
+            and not (e is last and e.get("state") == "begin")  # its truncate-back is needed
+        ]
+
+    def prune(self, sink_id: str, below_batch_id: int) -> None:  # pragma: no cover
+        raise NotImplementedError("AppendPublisher compacts its log itself")
 
 
 def _append_file(out: BinaryIO, source: str) -> None:

@@ -131,6 +131,12 @@ class LedgerOptions(CommonOptions):
         minimum=1,
         doc="Ledger entries kept per sink id; at least spark.sql.streaming.minBatchesToRetain",
     )
+    staging_max_age_hours: float = option(
+        24.0,
+        minimum=0.01,
+        doc="Staged data this old that no commit names (a query that never ran again) is "
+        "deleted by the next commit to the same destination",
+    )
 
     def ledger(self, store: LedgerStore) -> Ledger:
         return Ledger(

@@ -34,7 +34,7 @@ from quixsinks.core.errors import (
 from quixsinks.core.formats import CSVFormat
 from quixsinks.core.options import load_callable, option
 from quixsinks.core.publish import AppendPublisher, StagedFile, StagingArea
-from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink, staged_in_order
+from quixsinks.core.sink import CommitContext, LedgerOptions, Receipt, Sink, Task, staged_in_order
 
 __all__ = ["CSVFileOptions", "CSVFileSink"]
 
@@ -49,7 +49,7 @@ def _key_as_json(key: Any) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CSVFileOptions(CommonOptions):
+class CSVFileOptions(LedgerOptions):
     sink_name: ClassVar[str] = "csvfile"
 
     path: str = option(doc="The CSV file (its directory must exist)")
@@ -97,13 +97,18 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
     options_class = CSVFileOptions
     guarantee = "exactly-once"
 
+    def __init__(self, options: CSVFileOptions, *, overwrite: bool = False) -> None:
+        super().__init__(options, overwrite=overwrite)
+        # resolved once, on the driver: executors get the absolute path
+        self.file_path = os.path.abspath(os.path.expanduser(options.path))
+
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
         self.options.key_function()
         self.options.value_function()
 
     def preflight(self) -> None:
-        path = os.path.abspath(self.options.path)
+        path = self.file_path
         folder = os.path.dirname(path)
         if not os.path.isdir(folder):
             raise DestinationNotFoundError(
@@ -122,9 +127,14 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
     # ------------------------------------------------------------------ shared
 
     def _paths(self) -> tuple[StagingArea, str]:
-        path = os.path.abspath(self.options.path)
-        folder, file_name = os.path.split(path)
-        return StagingArea(LocalDestination(folder), f".{file_name}.quixsinks"), file_name
+        folder, file_name = os.path.split(self.file_path)
+        staging = StagingArea(
+            LocalDestination(folder),
+            f".{file_name}.quixsinks",
+            keep_batches=self.options.ledger_keep_batches,
+            staging_max_age_hours=self.options.staging_max_age_hours,
+        )
+        return staging, file_name
 
     def file_format(self) -> CSVFormat:
         return CSVFormat(
@@ -135,9 +145,17 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
 
     def _appender(self) -> AppendPublisher:
         staging, file_name = self._paths()
-        return AppendPublisher(staging, file_name, f"{staging.state_prefix}/ledger.jsonl")
+        return AppendPublisher(
+            staging,
+            file_name,
+            f"{staging.state_prefix}/ledger.jsonl",
+            self.options.takeover_query_id,
+        )
 
     # ------------------------------------------------------------------ executor
+
+    def check_fence(self, task: Task) -> None:
+        self._appender().fenced_ledger().check(task.context.sink_id, task.context.query_id)
 
     def write(self, batch: SinkBatch) -> StagedFile:
         staging, file_name = self._paths()
@@ -157,7 +175,11 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
         files = staged_in_order(receipts)
         if files:
             self._appender().publish(
-                context.sink_id, context.batch_id, files, header=self.file_format().header()
+                context.sink_id,
+                context.batch_id,
+                files,
+                header=self.file_format().header(),
+                query_id=context.query_id,
             )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:

@@ -2,27 +2,30 @@
 
 Layout under ``path``::
 
-    <sink id>-<batch id>-<partition>-<piece>.jsonl   one file per task piece per micro-batch
-    <sink id>.jsonl                                  with append=true: one growing file
-    _quixsinks/                                      staging area and ledger (hidden from
-                                                     Spark and pandas readers by the "_")
+    <prefix>-<batch id>-<partition>-<piece>.jsonl   one file per task piece per micro-batch
+    <sink id>.jsonl                                 with append=true: one growing file
+    _quixsinks/                                     staging area and fenced ledger (hidden
+                                                    from Spark and pandas readers by "_")
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
-or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``. File names are
-fixed by the micro-batch, so a replayed or retried micro-batch never leaves a duplicate
-or an orphan file (see quixsinks.core.publish for the protocol).
+or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``. The prefix is the
+sink id, followed by the first 8 characters of the query id when an explicit ``sink_id``
+is set (so a query that takes a sink id over never reuses an old query's names). File
+names are fixed by the micro-batch, so a replayed or retried micro-batch never leaves a
+duplicate or an orphan file (see quixsinks.core.publish for the protocol).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
 
-from quixsinks.core.batch import SinkBatch
-from quixsinks.core.destinations import LocalDestination
-from quixsinks.core.errors import InvalidFormatError
+from quixsinks.core.batch import SinkBatch, name_prefix
+from quixsinks.core.destinations import Destination, LocalDestination, destination_for
+from quixsinks.core.errors import DestinationNotFoundError, InvalidFormatError, OptionError
 from quixsinks.core.formats import (
     CSV_DIALECTS,
     CSVFormat,
@@ -33,18 +36,22 @@ from quixsinks.core.formats import (
 )
 from quixsinks.core.options import load_callable, option
 from quixsinks.core.publish import AppendPublisher, FilePublisher, StagedFile, StagingArea
-from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink, staged_in_order
+from quixsinks.core.sink import CommitContext, LedgerOptions, Receipt, Sink, Task, staged_in_order
 
 __all__ = ["FileOptions", "FileSink"]
 
 STATE_PREFIX = "_quixsinks"
+FORMATS: dict[str, type[Format]] = {"json": JSONFormat, "parquet": ParquetFormat, "csv": CSVFormat}
 
 
 @dataclass(frozen=True, kw_only=True)
-class FileOptions(CommonOptions):
+class FileOptions(LedgerOptions):
     sink_name: ClassVar[str] = "file"
 
-    path: str = option(doc="Output directory (created if missing; its parent must exist)")
+    path: str = option(
+        doc="Output directory: a local path or file:// URL (created if missing; its parent "
+        "must exist). On a cluster, a directory every executor sees at the same path"
+    )
     format: Literal["json", "parquet", "csv"] = option("json", doc="File format")
     compression: ParquetCompression = option("snappy", doc="Parquet compression codec")
     compress: bool = option(False, doc="gzip JSON files (extension .jsonl.gz)")
@@ -60,13 +67,13 @@ class FileOptions(CommonOptions):
 
     def validate(self) -> None:
         super().validate()
-        if self.append and self.format == "parquet":
+        if self.append and not FORMATS[self.format].appendable:
             raise InvalidFormatError(
-                "format 'parquet' cannot be appended to; set append=false (one file per "
-                "micro-batch) or use format 'json' or 'csv'",
+                f"format {self.format!r} cannot be appended to; set append=false (one file "
+                "per micro-batch) or use format 'json' or 'csv'",
                 option="append",
                 value="true",
-                allowed=("json", "csv"),
+                allowed=tuple(name for name, cls in FORMATS.items() if cls.appendable),
             )
         if self.dumps is not None and self.format != "json":
             raise InvalidFormatError(
@@ -84,8 +91,20 @@ class FileSink(Sink[FileOptions, StagedFile]):
     guarantee = "exactly-once"
     supports_overwrite = True
 
+    def __init__(self, options: FileOptions, *, overwrite: bool = False) -> None:
+        super().__init__(options, overwrite=overwrite)
+        # resolved once, on the driver: executors get the absolute location
+        self.target: Destination = destination_for(options.path)
+
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
+        if self.options.append and not self.target.supports_append:
+            raise OptionError(
+                f"append=true needs a local or mounted directory, not {self.target.url}; "
+                "use append=false (one file per micro-batch)",
+                option="append",
+                value="true",
+            )
         if self.overwrite and self.options.append:
             raise InvalidFormatError(
                 "append=true cannot be combined with overwrite; use save mode 'append'",
@@ -100,11 +119,13 @@ class FileSink(Sink[FileOptions, StagedFile]):
 
     # ------------------------------------------------------------------ shared
 
-    def destination(self) -> LocalDestination:
-        return LocalDestination(self.options.path)
-
     def staging(self) -> StagingArea:
-        return StagingArea(self.destination(), STATE_PREFIX)
+        return StagingArea(
+            self.target,
+            STATE_PREFIX,
+            keep_batches=self.options.ledger_keep_batches,
+            staging_max_age_hours=self.options.staging_max_age_hours,
+        )
 
     def file_format(self) -> Format:
         opts = self.options
@@ -118,10 +139,31 @@ class FileSink(Sink[FileOptions, StagedFile]):
     def _appender(self, sink_id: str) -> AppendPublisher:
         extension = self.file_format().file_extension
         return AppendPublisher(
-            self.staging(), f"{sink_id}{extension}", f"{STATE_PREFIX}/append/{sink_id}.jsonl"
+            self.staging(),
+            f"{sink_id}{extension}",
+            f"{STATE_PREFIX}/append/{sink_id}.jsonl",
+            self.options.takeover_query_id,
         )
 
     # ------------------------------------------------------------------ executor
+
+    def setup(self, task: Task) -> None:
+        target = self.target
+        if isinstance(target, LocalDestination) and not os.path.isdir(target.root):
+            raise DestinationNotFoundError(
+                f"{target.root} does not exist on this executor ({os.uname().nodename}), "
+                "although the driver created it: on a cluster, 'path' must be a directory "
+                "that every executor sees at the same path (a shared file system)",
+                location=target.root,
+            )
+
+    def check_fence(self, task: Task) -> None:
+        ctx = task.context
+        if self.options.append:
+            ledger = self._appender(ctx.sink_id).fenced_ledger()
+        else:
+            ledger = self.staging().ledger(self.options.takeover_query_id)
+        ledger.check(ctx.sink_id, ctx.query_id)
 
     def write(self, batch: SinkBatch) -> StagedFile:
         fmt = self.file_format()
@@ -129,7 +171,7 @@ class FileSink(Sink[FileOptions, StagedFile]):
         piece = batch.counters.get("files", 0)
         batch.count("files")
         name = (
-            f"{ctx.sink_id}-{ctx.batch_id:010d}-{ctx.partition_id:05d}-{piece:04d}"
+            f"{ctx.name_prefix}-{ctx.batch_id:010d}-{ctx.partition_id:05d}-{piece:04d}"
             f"{fmt.file_extension}"
         )
         header = b"" if self.options.append else fmt.header()
@@ -152,13 +194,16 @@ class FileSink(Sink[FileOptions, StagedFile]):
                     context.batch_id,
                     files,
                     header=self.file_format().header(),
+                    query_id=context.query_id,
                 )
             return
-        FilePublisher(self.staging()).publish(
+        FilePublisher(self.staging(), self.options.takeover_query_id).publish(
             context.sink_id,
             context.batch_id,
             files,
+            query_id=context.query_id,
             replace_prefix="" if self.overwrite else None,
+            name_prefix=name_prefix(context.sink_id, context.query_id),
             keep_ledger=context.streaming,
         )
 
@@ -167,4 +212,6 @@ class FileSink(Sink[FileOptions, StagedFile]):
         if self.options.append:
             self._appender(context.sink_id).abort(context.sink_id, context.batch_id, files)
         else:
-            FilePublisher(self.staging()).abort(context.sink_id, context.batch_id, files)
+            FilePublisher(self.staging()).abort(
+                context.sink_id, context.batch_id, files, streaming=context.streaming
+            )

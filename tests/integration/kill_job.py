@@ -5,7 +5,8 @@ at random moments and starts it again from the same checkpoints.
 
     python kill_job.py IN OUT_DIR OUT_CSV CHECKPOINTS [--available-now]
 
-The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON.
+The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON. With
+QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def main() -> None:
     }
     if os.environ.get("QUIXSINKS_KILL_PG"):
         sinks["postgresql"] = json.loads(os.environ["QUIXSINKS_KILL_PG"])
+    sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")
     for fmt, options in sinks.items():
+        if sink_id:
+            options = {**options, "sink_id": sink_id}
         writer = df.writeStream.format(fmt).option(
             "checkpointLocation", os.path.join(args.checkpoints, fmt)
         )

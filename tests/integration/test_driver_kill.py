@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -19,24 +18,35 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quixsinks.testing import kill_at_random
+
 from .streams import read_jsonl_ids, write_input_files
 
 JOB = Path(__file__).with_name("kill_job.py")
 KILLS = 3
 
 
-def start_job(tmp_path: Path, pg_options: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
+def start_job(
+    tmp_path: Path,
+    pg_options: dict[str, str],
+    *extra: str,
+    checkpoints: str = "ck",
+    sink_id: str = "",
+) -> subprocess.Popen[bytes]:
     args = [
         str(tmp_path / "in"),
         str(tmp_path / "out"),
         str(tmp_path / "out.csv"),
-        str(tmp_path / "ck"),
+        str(tmp_path / checkpoints),
     ]
+    env = {**os.environ, "QUIXSINKS_KILL_PG": json.dumps(pg_options)}
+    if sink_id:
+        env["QUIXSINKS_KILL_SINK_ID"] = sink_id
     with open(tmp_path / "job.log", "ab") as log:  # the child keeps its own copy
         return subprocess.Popen(
             [sys.executable, str(JOB), *args, *extra],
             start_new_session=True,
-            env={**os.environ, "QUIXSINKS_KILL_PG": json.dumps(pg_options)},
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
@@ -44,7 +54,9 @@ def start_job(tmp_path: Path, pg_options: dict[str, str], *extra: str) -> subpro
 
 def committed_batches(tmp_path: Path) -> int:
     ledger = tmp_path / "out" / "_quixsinks" / "ledger"
-    return sum(len(files) for _, _, files in os.walk(ledger)) if ledger.exists() else 0
+    if not ledger.exists():
+        return 0
+    return sum(1 for _, _, files in os.walk(ledger) for name in files if name != "owner.json")
 
 
 def kill_group(job: subprocess.Popen[bytes]) -> None:
@@ -52,30 +64,7 @@ def kill_group(job: subprocess.Popen[bytes]) -> None:
     job.wait(timeout=60)
 
 
-def test_rows_arrive_exactly_once_across_random_driver_kills(
-    tmp_path: Path, pg: dict[str, Any]
-) -> None:
-    pg_options = {**pg["options"], "table_name": "events"}
-    seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
-    rng = random.Random(seed)
-    ids = write_input_files(tmp_path / "in", files=8, rows_per_file=40)
-    kills = 0
-    for _ in range(KILLS):
-        before = committed_batches(tmp_path)
-        job = start_job(tmp_path, pg_options)
-        deadline = time.monotonic() + 120
-        while committed_batches(tmp_path) <= before and job.poll() is None:
-            assert time.monotonic() < deadline, f"no progress (seed {seed})"
-            time.sleep(0.05)
-        if job.poll() is not None:
-            break  # it finished everything before we could kill it
-        time.sleep(rng.uniform(0, 1.5))
-        kill_group(job)
-        kills += 1
-    final = start_job(tmp_path, pg_options, "--available-now")
-    assert final.wait(timeout=300) == 0, (tmp_path / "job.log").read_text()[-3000:]
-
-    assert kills >= 1, f"the job was never killed (seed {seed})"
+def assert_exactly_once(tmp_path: Path, pg: dict[str, Any], ids: list[int], seed: int) -> None:
     assert sorted(read_jsonl_ids(tmp_path / "out")) == ids, f"seed {seed}"
     with open(tmp_path / "out.csv", newline="", encoding="utf-8") as f:
         csv_ids = sorted(json.loads(row["value"])["id"] for row in csv.DictReader(f))
@@ -89,3 +78,74 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
         conn.close()
     staging = tmp_path / "out" / "_quixsinks" / "staging"
     assert not staging.exists() or not any(p.is_file() for p in staging.rglob("*")), seed
+
+
+def every_sink_committed(tmp_path: Path, pg: dict[str, Any]) -> bool:
+    """Each of the three sinks has a ledger entry (so each is owned by the first query)."""
+    csv_ledger = tmp_path / ".out.csv.quixsinks" / "ledger.jsonl"
+    if committed_batches(tmp_path) == 0 or not csv_ledger.exists() or not csv_ledger.read_text():
+        return False
+    conn = pg["server"].connect(pg["dbname"])
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('_quixsinks_ledger') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return False
+            cur.execute("SELECT count(*) FROM _quixsinks_ledger")
+            return bool(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_rows_arrive_exactly_once_across_random_driver_kills(
+    tmp_path: Path, pg: dict[str, Any]
+) -> None:
+    pg_options = {**pg["options"], "table_name": "events"}
+    seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
+    ids = write_input_files(tmp_path / "in", files=8, rows_per_file=40)
+    args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv")]
+    kills = kill_at_random(  # the helper users get from quixsinks.testing
+        [sys.executable, str(JOB), *args, str(tmp_path / "ck")],
+        lambda: committed_batches(tmp_path),
+        kills=KILLS,
+        seed=seed,
+        env={**os.environ, "QUIXSINKS_KILL_PG": json.dumps(pg_options)},
+        log_path=str(tmp_path / "job.log"),
+    )
+    final = start_job(tmp_path, pg_options, "--available-now")
+    assert final.wait(timeout=300) == 0, (tmp_path / "job.log").read_text()[-3000:]
+
+    assert kills >= 1, f"the job was never killed (seed {seed})"
+    assert_exactly_once(tmp_path, pg, ids, seed)
+
+
+def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(
+    tmp_path: Path, pg: dict[str, Any]
+) -> None:
+    """Kill the driver mid-stream, restart with a NEW checkpoint and the same explicit sink
+    id: every sink refuses (LedgerFenceError) before writing; the old checkpoint then
+    finishes the stream with every row exactly once."""
+    pg_options = {**pg["options"], "table_name": "events"}
+    seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
+    ids = write_input_files(tmp_path / "in", files=6, rows_per_file=20)
+    job = start_job(tmp_path, pg_options, sink_id="events-sink")
+    deadline = time.monotonic() + 120
+    while not every_sink_committed(tmp_path, pg) and job.poll() is None:
+        assert time.monotonic() < deadline, "no commit in every sink"
+        time.sleep(0.05)
+    killed = job.poll() is None
+    if killed:
+        kill_group(job)
+
+    fresh = start_job(
+        tmp_path, pg_options, "--available-now", checkpoints="ck-new", sink_id="events-sink"
+    )
+    assert fresh.wait(timeout=300) != 0
+    log = (tmp_path / "job.log").read_text()
+    assert "belongs to streaming query" in log, log[-3000:]
+    assert "takeover_query_id" in log
+
+    final = start_job(tmp_path, pg_options, "--available-now", sink_id="events-sink")
+    assert final.wait(timeout=300) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    assert killed or committed_batches(tmp_path) > 0, "nothing was committed before the kill"
+    assert_exactly_once(tmp_path, pg, ids, seed)

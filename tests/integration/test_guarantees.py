@@ -9,7 +9,6 @@ exactly once and nothing is left in staging.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +92,3 @@ def test_csvfile_exactly_once_after_failure(
         assert f.read().count("key,value,timestamp") == 1
     staging = tmp_path / ".out.csv.quixsinks" / "staging"
     assert not staging.exists() or not any(p.is_file() for p in staging.rglob("*"))
-
-
-def test_replayed_batch_with_new_checkpoint_but_same_sink_id_is_skipped(
-    spark: Any, tmp_path: Path
-) -> None:
-    """Two queries with the same sink_id writing the same batches: the ledger keeps one copy."""
-    ids = write_input_files(tmp_path / "in", files=2, rows_per_file=10)
-    out = tmp_path / "out"
-    options = {"path": str(out), "sink_id": "orders-sink"}
-    run_available_now(spark, tmp_path / "in", "file", tmp_path / "ckpt-a", options)
-    run_available_now(spark, tmp_path / "in", "file", tmp_path / "ckpt-b", options)
-    assert sorted(read_jsonl_ids(out)) == ids
-    assert os.path.isdir(out / "_quixsinks" / "ledger" / "orders-sink")

@@ -15,9 +15,9 @@ import pytest
 
 from quixsinks.core.batch import WriteContext
 from quixsinks.core.destinations import Destination, LocalDestination
-from quixsinks.core.errors import CommitError
+from quixsinks.core.errors import CommitError, DestinationError
+from quixsinks.core.ledger import DEFAULT_KEEP_BATCHES as KEEP_BATCHES
 from quixsinks.core.publish import (
-    KEEP_BATCHES,
     AppendPublisher,
     FilePublisher,
     StagedFile,
@@ -491,9 +491,11 @@ class InMemory(Destination):
     def create_exclusive(self, key: str, data: bytes) -> bool:
         return True
 
+    def modified(self, key: str) -> float | None: ...
+
 
 def test_appending_needs_a_local_destination() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(DestinationError, match="local"):
         AppendPublisher(StagingArea(InMemory()), TARGET, "ledger")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from quixsinks.core.errors import DestinationNotFoundError, OptionError
 
-from .schema import LEDGER_TABLE, Column, TableSchema, compatible
+from .schema import LEDGER_TABLE, STAGING_REGISTRY, Column, TableSchema, compatible
 
 __all__ = ["ensure_ledger", "ensure_table", "existing_columns", "primary_key", "stage_tables"]
 
@@ -77,17 +77,36 @@ def ensure_schema(cur: Any, schema: str) -> None:
 
 
 def ensure_ledger(cur: Any, schema: str) -> None:
-    """The ledger: one row per committed micro-batch and sink id."""
+    """The fenced ledger (one row per committed micro-batch, sink id and query id) and the
+    staging registry (every staging table with its creation time, for the sweep)."""
     sql = _sql()
-    if existing_columns(cur, schema, LEDGER_TABLE) is not None:
+    columns = existing_columns(cur, schema, LEDGER_TABLE)
+    if (
+        columns is not None
+        and "query_id" in columns
+        and existing_columns(cur, schema, STAGING_REGISTRY) is not None
+    ):
         return
     lock(cur, schema, LEDGER_TABLE)
+    ledger = sql.Identifier(schema, LEDGER_TABLE)
     cur.execute(
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
-            "tables text[] NOT NULL, rows bigint NOT NULL, "
+            "query_id text NOT NULL DEFAULT '', tables text[] NOT NULL, rows bigint NOT NULL, "
             "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, batch_id))"
-        ).format(sql.Identifier(schema, LEDGER_TABLE))
+        ).format(ledger)
+    )
+    # a ledger of quixsinks 0.1 has no query_id: its entries belong to no query
+    cur.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS query_id text NOT NULL DEFAULT ''").format(
+            ledger
+        )
+    )
+    cur.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (table_name text PRIMARY KEY, sink_id text NOT NULL, "
+            "created_at timestamptz NOT NULL DEFAULT now())"
+        ).format(sql.Identifier(schema, STAGING_REGISTRY))
     )
 
 

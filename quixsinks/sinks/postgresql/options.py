@@ -7,13 +7,13 @@ from typing import ClassVar, Literal
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import option
-from quixsinks.core.sink import CommonOptions
+from quixsinks.core.sink import LedgerOptions
 
 __all__ = ["PostgreSQLOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class PostgreSQLOptions(CommonOptions):
+class PostgreSQLOptions(LedgerOptions):
     sink_name: ClassVar[str] = "postgresql"
 
     host: str = option("localhost", doc="Server host")

@@ -40,6 +40,7 @@ from quixsinks.core.formats import json_column
 __all__ = [
     "LEDGER_TABLE",
     "ROW_COLUMN",
+    "STAGING_REGISTRY",
     "Column",
     "TableSchema",
     "column_plan",
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 LEDGER_TABLE = "_quixsinks_ledger"
+#: every staging table and when it was made: the commit sweeps abandoned ones
+STAGING_REGISTRY = "_quixsinks_staging"
 #: row order within a staging table (upsert only: the last row of a key wins)
 ROW_COLUMN = "__qs_row"
 METADATA_TIMESTAMP = "timestamp"

@@ -6,12 +6,17 @@ with ``COPY ... FROM STDIN`` into an UNLOGGED staging table of this task attempt
 transaction per SinkBatch (a retried write leaves nothing behind). No per-row
 bookkeeping: the table's name says whose rows they are.
 
-Driver (``commit``), one transaction: insert the ledger row ``(sink id, batch id)``
-(``ON CONFLICT DO NOTHING``: if it exists, the batch was committed before and is
-skipped), truncate the target for overwrite, move the winning attempts' rows into the
-target (``INSERT ... SELECT ... UNION ALL``, with ``ON CONFLICT`` for upsert or
-do-nothing), and drop the batch's staging tables, those of failed attempts included.
-Either all of it happens or none.
+Driver (``commit``), one transaction: lock the sink id (an advisory lock), fence the
+ledger (rows of another query id under this sink id stop the commit with
+LedgerFenceError, unless ``takeover_query_id`` names that query: its rows are deleted),
+insert the ledger row ``(sink id, batch id, query id)`` (``ON CONFLICT DO NOTHING``: if
+it exists, the batch was committed before and is skipped), truncate the target for
+overwrite, move the winning attempts' rows into the target (``INSERT ... SELECT ...
+UNION ALL``, with ``ON CONFLICT`` for upsert or do-nothing), drop the batch's staging
+tables (those of failed attempts included), prune ledger rows older than
+``ledger_keep_batches`` and drop staging tables of any sink older than
+``staging_max_age_hours`` (a query that never ran again). Either all of it happens or
+none. Tasks check the fence too, before they stage anything.
 
 ``write_mode=direct`` skips staging: each SinkBatch is COPYed straight into the target
 (at-least-once: a replayed micro-batch is written again, unless upsert or do-nothing
@@ -35,6 +40,7 @@ from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, MachineSlots, client_key
 from quixsinks.core.errors import OptionError, QuixSinksError
+from quixsinks.core.ledger import fence_owners
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from . import ddl
@@ -43,6 +49,7 @@ from .options import PostgreSQLOptions
 from .schema import (
     LEDGER_TABLE,
     ROW_COLUMN,
+    STAGING_REGISTRY,
     Column,
     TableSchema,
     check_not_null,
@@ -188,6 +195,25 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         slot.acquire()
         task.on_close(slot.release)
 
+    def check_fence(self, task: Task) -> None:
+        if self.options.write_mode != "exactly-once":
+            return
+        sql = import_psycopg2().sql
+        conn = self._connection(task)
+        ctx = task.context
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL("SELECT DISTINCT query_id FROM {} WHERE sink_id = %s").format(
+                        sql.Identifier(self.options.schema_name, LEDGER_TABLE)
+                    ),
+                    (ctx.sink_id,),
+                )
+                owners = {row[0] for row in cur.fetchall()}
+        finally:
+            conn.rollback()
+        fence_owners(ctx.sink_id, ctx.query_id, owners, self.options.takeover_query_id)
+
     def _connection(self, task: Task | None) -> Any:
         """The task's connection: the process's cached one, healthy and idle, or a new one."""
         key = client_key(self.options)
@@ -276,6 +302,12 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             # one UNLOGGED table per task attempt: no per-row bookkeeping, dropped at commit
             cur.execute(
                 sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} (LIKE {})").format(ident, target)
+            )
+            cur.execute(
+                sql.SQL(
+                    "INSERT INTO {} (table_name, sink_id) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+                ).format(sql.Identifier(table.schema, STAGING_REGISTRY)),
+                (stage, ctx.sink_id),
             )
             first_row = None
             if upsert:
@@ -385,12 +417,19 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             sources.setdefault(self.options.table_name, [])
         with self._session() as cur:
             if context.streaming:
+                self._fence(cur, context)
                 cur.execute(
                     sql.SQL(
-                        "INSERT INTO {} (sink_id, batch_id, tables, rows) "
-                        "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+                        "INSERT INTO {} (sink_id, batch_id, query_id, tables, rows) "
+                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
                     ).format(sql.Identifier(schema, LEDGER_TABLE)),
-                    (context.sink_id, context.batch_id, sorted(sources), sum(counts.values())),
+                    (
+                        context.sink_id,
+                        context.batch_id,
+                        context.query_id,
+                        sorted(sources),
+                        sum(counts.values()),
+                    ),
                 )
                 if cur.fetchone() is None:
                     self.logger.info(
@@ -417,6 +456,68 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 ]
                 cur.execute(self._insert_select(table, tables, columns))
             self._drop_stages(cur, context, None)
+            if context.streaming:
+                self._prune(cur, context)
+
+    def _fence(self, cur: Any, context: CommitContext) -> None:
+        """Serialise the sink id's commits, then apply the ledger's fencing rule."""
+        sql = import_psycopg2().sql
+        ledger = sql.Identifier(self.options.schema_name, LEDGER_TABLE)
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            (f"quixsinks:{self.options.schema_name}:{context.sink_id}",),
+        )
+        cur.execute(
+            sql.SQL("SELECT DISTINCT query_id FROM {} WHERE sink_id = %s").format(ledger),
+            (context.sink_id,),
+        )
+        dropped = fence_owners(
+            context.sink_id,
+            context.query_id,
+            {row[0] for row in cur.fetchall()},
+            self.options.takeover_query_id,
+        )
+        if dropped is not None:
+            self.logger.warning(
+                "sink id %s: taking over from query %s (takeover_query_id): its ledger rows "
+                "are deleted",
+                context.sink_id,
+                dropped,
+            )
+            cur.execute(
+                sql.SQL("DELETE FROM {} WHERE sink_id = %s AND query_id = %s").format(ledger),
+                (context.sink_id, dropped),
+            )
+
+    def _prune(self, cur: Any, context: CommitContext) -> None:
+        """Old ledger rows of this sink id; staging tables nobody will commit."""
+        sql = import_psycopg2().sql
+        schema = self.options.schema_name
+        cur.execute(
+            sql.SQL("DELETE FROM {} WHERE sink_id = %s AND batch_id < %s").format(
+                sql.Identifier(schema, LEDGER_TABLE)
+            ),
+            (context.sink_id, context.batch_id - self.options.ledger_keep_batches),
+        )
+        cur.execute(
+            sql.SQL(
+                "DELETE FROM {} WHERE created_at < now() - make_interval(secs => %s) "
+                "RETURNING table_name"
+            ).format(sql.Identifier(schema, STAGING_REGISTRY)),
+            (self.options.staging_max_age_hours * 3600,),
+        )
+        abandoned = [row[0] for row in cur.fetchall()]
+        if abandoned:
+            self.logger.warning(
+                "dropping %d abandoned staging table(s) older than %g h",
+                len(abandoned),
+                self.options.staging_max_age_hours,
+            )
+            cur.execute(
+                sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    sql.SQL(", ").join(sql.Identifier(schema, n) for n in abandoned)
+                )
+            )
 
     def _drop_stages(self, cur: Any, context: CommitContext, only: list[str] | None) -> None:
         """Drop this sink's staging tables of this and earlier batches (those of failed
@@ -438,6 +539,12 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 sql.SQL("DROP TABLE IF EXISTS {}").format(
                     sql.SQL(", ").join(sql.Identifier(schema, n) for n in doomed)
                 )
+            )
+            cur.execute(
+                sql.SQL("DELETE FROM {} WHERE table_name = ANY(%s)").format(
+                    sql.Identifier(schema, STAGING_REGISTRY)
+                ),
+                (doomed,),
             )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:

@@ -1,0 +1,40 @@
+"""The driver side of the Spark glue, without a SparkSession: what commit() does with receipts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from quixsinks.core.publish import StagedFile
+from quixsinks.core.sink import Receipt
+from quixsinks.sinks.file import FileOptions, FileSink
+from quixsinks.spark.datasource import ReceiptMessage, SinkStreamArrowWriter
+
+
+def planned_sink(out: Path, **options: str) -> FileSink:
+    sink = FileSink(FileOptions.from_options({"path": str(out), **options}))
+    sink.prepare(pa.schema([("id", pa.int64())]))
+    sink.preflight()
+    return sink
+
+
+def test_a_micro_batch_without_receipts_commits_nothing_under_a_made_up_id(
+    tmp_path: Path,
+) -> None:
+    """The commit runs in a Spark worker without a SparkContext: with no receipts there is
+    no query id, so nothing may be recorded (formerly a random ``query-<uuid>`` entry)."""
+    out = tmp_path / "out"
+    writer = SinkStreamArrowWriter(planned_sink(out))
+    writer.commit([], 3)
+    writer.commit([None, None], 4)  # Spark passes None for failed tasks
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_the_commit_uses_the_query_id_the_tasks_reported(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    writer = SinkStreamArrowWriter(planned_sink(out, sink_id="orders"))
+    receipt: Receipt[StagedFile] = Receipt("orders", 0, 0, "a0", query_id="q-123")
+    writer.commit([ReceiptMessage(receipt)], 0)
+    owner = out / "_quixsinks" / "ledger" / "orders" / "owner.json"
+    assert '"query_id": "q-123"' in owner.read_text()
