@@ -14,7 +14,8 @@ install: java $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	# compat: the project root on sys.path, so Spark also finds the top-level pyspark_* modules
+	$(PY) -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 java:
