@@ -135,3 +135,48 @@ def test_a_sink_whose_extra_is_missing_fails_naming_the_extra(
     error = missing_extras["results"][sink]
     assert "MissingDependencyError" in error, error
     assert f"pip install 'quixsinks[{sink}]'" in error, error
+
+
+LOOKUP_LIKE_SPARK = """
+import json, pkgutil
+from importlib import import_module
+from pyspark.sql.datasource import DataSource
+
+found = {}
+for info in pkgutil.iter_modules():  # what pyspark/sql/worker/lookup_data_sources.py does
+    if info.name.startswith("pyspark_"):
+        source = import_module(info.name).DefaultSource
+        assert issubclass(source, DataSource), info.name
+        found[source.name()] = source
+try:
+    found["file"]({}).writer(None, False)
+    error = ""
+except ImportError as exc:
+    error = str(exc)
+print(json.dumps({"names": sorted(found), "error": error}))
+"""
+
+
+def test_a_broken_quixsinks_install_does_not_hide_other_data_sources(tmp_path: Path) -> None:
+    """Spark imports every pyspark_* module in one loop: one that raises makes Spark find
+    no Python data source at all. A quixsinks that cannot be imported must still yield its
+    names, failing only when used and saying why."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(BLOCKER), os.environ.get("PYTHONPATH")])),
+        "QUIXSINKS_BLOCK_IMPORTS": "quixsinks.sinks.influxdb3",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", LOOKUP_LIKE_SPARK],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(BUILTIN_SINKS) <= set(report["names"])
+    assert "the quixsinks sink 'file' cannot be loaded" in report["error"]
+    assert "quixsinks.sinks.influxdb3" in report["error"]
