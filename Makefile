@@ -11,10 +11,12 @@ PYTEST_ARGS ?=
 
 install: java $(STAMP)
 
-$(STAMP): pyproject.toml
+# editable_mode=compat puts the checkout itself on sys.path: Spark finds the top-level
+# pyspark_quixsinks_* modules (auto-registration) with pkgutil.iter_modules, which does not
+# see the import hook of a default editable install.
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# compat: the project root on sys.path, so Spark also finds the top-level pyspark_* modules
 	$(PY) -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat
 	touch $(STAMP)
 

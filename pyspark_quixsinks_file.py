@@ -3,6 +3,8 @@
 Spark registers the ``DefaultSource`` of every top-level ``pyspark_*`` module it finds.
 """
 
-from quixsinks.spark.sources import FileDataSource as DefaultSource
+from _quixsinks_spark_lookup import default_source
+
+DefaultSource = default_source("file", "FileDataSource")
 
 __all__ = ["DefaultSource"]

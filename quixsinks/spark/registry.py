@@ -37,6 +37,10 @@ def load_data_source(name: str) -> type[QuixDataSource]:
         raise QuixSinksError(
             f"no built-in sink {name!r}; built-in sinks: {', '.join(sorted(BUILTIN_SINKS))}"
         ) from None
+    # The pyspark_quixsinks_* modules stand in a failing DataSource when quixsinks cannot be
+    # imported (so that Spark's lookup of other data sources survives); here that error is
+    # raised where the user can see it.
+    importlib.import_module(f"{__package__}.sources")
     data_source: type[QuixDataSource] = importlib.import_module(module_name).DefaultSource
     data_source.sink_class.check_dependencies()
     return data_source

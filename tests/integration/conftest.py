@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.services.postgres import PostgresServer
+from tests.services.spark_cluster import SparkCluster, SparkConnectServer
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +57,19 @@ def influx(influx_server: Any) -> dict[str, Any]:
         "server": influx_server,
         "database": name,
     }
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[SparkCluster]:
+    """A Spark standalone cluster on 127.0.0.1: a master and two one-core workers, so a job
+    gets two executor JVMs (tests/services/spark_cluster.py)."""
+    with SparkCluster(workers=2, cores=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_connect() -> Iterator[SparkConnectServer]:
+    """A Spark Connect server (local[2]) on 127.0.0.1, started from its own temporary
+    directory with quixsinks installed as users install it (tests/services/spark_cluster.py)."""
+    with SparkConnectServer() as server:
+        yield server

@@ -1,61 +1,182 @@
-"""Spark 4 registers the pyspark_quixsinks_* modules by itself: no register call needed."""
+"""Zero-call registration: in a new Spark session the built-in sinks work by name.
+
+Spark 4 registers the ``DefaultSource`` of every top-level ``pyspark_*`` module it finds
+(pyspark/sql/worker/lookup_data_sources.py); quixsinks ships one per built-in sink. The
+session under test is a separate process (discovery_job.py) started from an empty
+directory, so only the installed package can provide the modules; this test process has
+its own session, which already called ``quixsinks.register``.
+"""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quixsinks.spark.registry import BUILTIN_SINKS
+
+from .streams import read_jsonl_ids, write_input_files
 
 JOB = Path(__file__).with_name("discovery_job.py")
+BLOCKER = Path(__file__).with_name("blocked_imports")
 
-BLOCK_PSYCOPG2 = """
-import sys
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "psycopg2" or name.startswith("psycopg2."):
-            raise ImportError("psycopg2 is blocked by the test")
-        return None
-sys.meta_path.insert(0, _Block())
+
+def run_job(scenario: str, tmp: Path, block: str = "") -> dict[str, str]:
+    """Run one discovery_job.py scenario from an empty directory; its results by check."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
+    if block:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BLOCKER), env.get("PYTHONPATH")]))
+        env["QUIXSINKS_BLOCK_IMPORTS"] = block
+    (tmp / "out").mkdir()
+    (tmp / "cwd").mkdir()
+    result = subprocess.run(
+        [sys.executable, str(JOB), scenario, str(tmp / "in"), str(tmp / "out")],
+        cwd=tmp / "cwd",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    results: dict[str, str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return results
+
+
+@pytest.fixture(scope="module")
+def auto(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("auto")
+    ids = write_input_files(tmp / "in", files=2, rows_per_file=20)
+    return {"results": run_job("auto", tmp), "out": tmp / "out", "ids": ids}
+
+
+@pytest.fixture(scope="module")
+def missing_extras(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A session where the postgresql and influxdb3 extras are not installed."""
+    tmp = tmp_path_factory.mktemp("missing")
+    ids = write_input_files(tmp / "in", files=1, rows_per_file=10)
+    results = run_job("missing", tmp, block="psycopg2,influxdb_client_3")
+    return {"results": results, "out": tmp / "out", "ids": ids}
+
+
+def test_the_installed_package_exposes_one_pyspark_module_per_builtin_sink(
+    tmp_path: Path,
+) -> None:
+    """What Spark's lookup sees (pkgutil.iter_modules) from outside the checkout."""
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pkgutil; print(' '.join(sorted(m.name for m in pkgutil.iter_modules()"
+            " if m.name.startswith('pyspark_quixsinks_'))))",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert found == sorted(BUILTIN_SINKS.values()), (
+        "Spark cannot see the pyspark_quixsinks_* modules: a default editable install hides "
+        "top-level modules from pkgutil; reinstall with `make install` (editable_mode=compat) "
+        "or a regular `pip install`"
+    )
+
+
+def test_a_new_session_batch_writes_file_by_name(auto: dict[str, Any]) -> None:
+    assert auto["results"]["batch_file"] == "ok"
+    assert sorted(read_jsonl_ids(auto["out"] / "batch")) == auto["ids"]
+
+
+def test_a_new_session_batch_writes_csvfile_by_name(auto: dict[str, Any]) -> None:
+    assert auto["results"]["batch_csvfile"] == "ok"
+    with open(auto["out"] / "batch.csv", newline="", encoding="utf-8") as f:
+        ids = sorted(json.loads(row["value"])["id"] for row in csv.DictReader(f))
+    assert ids == auto["ids"]
+
+
+def test_a_new_session_streams_into_file_by_name(auto: dict[str, Any]) -> None:
+    assert auto["results"]["stream_file"] == "ok"
+    assert sorted(read_jsonl_ids(auto["out"] / "stream")) == auto["ids"]
+
+
+def test_register_after_auto_registration_registers_the_same_names_again(
+    auto: dict[str, Any],
+) -> None:
+    assert auto["results"]["register"] == "ok"
+    assert auto["results"]["registered"] == ",".join(sorted(BUILTIN_SINKS))
+    assert auto["results"]["file_after_register"] == "ok"
+    assert sorted(read_jsonl_ids(auto["out"] / "after")) == auto["ids"]
+
+
+def test_a_users_own_data_source_registers_next_to_the_auto_registered_ones(
+    auto: dict[str, Any],
+) -> None:
+    assert auto["results"]["user_register"] == "ok"
+    assert auto["results"]["user_write"] == "ok"
+    counts = [int(p.read_text()) for p in (auto["out"] / "marker").glob("*.count")]
+    assert sum(counts) == len(auto["ids"])
+
+
+def test_a_missing_extra_does_not_break_the_other_sinks(missing_extras: dict[str, Any]) -> None:
+    assert missing_extras["results"]["file"] == "ok"
+    assert sorted(read_jsonl_ids(missing_extras["out"] / "batch")) == missing_extras["ids"]
+
+
+@pytest.mark.parametrize("sink", ["postgresql", "influxdb3"])
+def test_a_sink_whose_extra_is_missing_fails_naming_the_extra(
+    missing_extras: dict[str, Any], sink: str
+) -> None:
+    error = missing_extras["results"][sink]
+    assert "MissingDependencyError" in error, error
+    assert f"pip install 'quixsinks[{sink}]'" in error, error
+
+
+LOOKUP_LIKE_SPARK = """
+import json, pkgutil
+from importlib import import_module
+from pyspark.sql.datasource import DataSource
+
+found = {}
+for info in pkgutil.iter_modules():  # what pyspark/sql/worker/lookup_data_sources.py does
+    if info.name.startswith("pyspark_"):
+        source = import_module(info.name).DefaultSource
+        assert issubclass(source, DataSource), info.name
+        found[source.name()] = source
+try:
+    found["file"]({}).writer(None, False)
+    error = ""
+except ImportError as exc:
+    error = str(exc)
+print(json.dumps({"names": sorted(found), "error": error}))
 """
 
 
-def run_job(out: Path, extra_path: str = "") -> str:
-    env = {**os.environ}
-    if extra_path:  # reaches Spark's Python workers too (they inherit the environment)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, env.get("PYTHONPATH")) if p)
+def test_a_broken_quixsinks_install_does_not_hide_other_data_sources(tmp_path: Path) -> None:
+    """Spark imports every pyspark_* module in one loop: one that raises makes Spark find
+    no Python data source at all. A quixsinks that cannot be imported must still yield its
+    names, failing only when used and saying why."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(BLOCKER), os.environ.get("PYTHONPATH")])),
+        "QUIXSINKS_BLOCK_IMPORTS": "quixsinks.sinks.influxdb3",
+    }
     result = subprocess.run(
-        [sys.executable, str(JOB), str(out)],
+        [sys.executable, "-c", LOOKUP_LIKE_SPARK],
+        cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=300,
-        env=env,
+        timeout=120,
         check=False,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
-def rows(folder: Path) -> int:
-    return sum(p.read_text().count("\n") for p in folder.glob("*.jsonl"))
-
-
-def test_a_new_session_finds_every_sink_without_register(tmp_path: Path) -> None:
-    stdout = run_job(tmp_path)
-    assert "discovered" in stdout
-    assert rows(tmp_path / "file") == 5
-    assert (tmp_path / "out.csv").read_text().count("\n") == 6  # header + 5 rows
-    assert rows(tmp_path / "stream") > 0
-    # register() after auto-registration: the same names again, no error
-    assert "registered csvfile,file,influxdb3,postgresql" in stdout
-    assert rows(tmp_path / "after") == 5
-
-
-def test_a_sink_whose_extra_is_missing_breaks_nothing_else(tmp_path: Path) -> None:
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(BLOCK_PSYCOPG2)
-    (tmp_path / "out").mkdir()
-    stdout = run_job(tmp_path / "out", extra_path=str(blocker))
-    assert rows(tmp_path / "out" / "file") == 5
-    assert "pip install 'quixsinks[postgresql]'" in stdout
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(BUILTIN_SINKS) <= set(report["names"])
+    assert "the quixsinks sink 'file' cannot be loaded" in report["error"]
+    assert "quixsinks.sinks.influxdb3" in report["error"]
