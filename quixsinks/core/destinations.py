@@ -30,7 +30,7 @@ from typing import BinaryIO
 
 from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
 
-__all__ = ["Destination", "LocalDestination", "destination_for"]
+__all__ = ["Destination", "LocalDestination", "absolute_local_path", "destination_for"]
 
 #: URL schemes of object stores (the file sink's object-storage support is not in this
 #: version yet: they are refused with a clear error)
@@ -311,17 +311,37 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def destination_for(path: str, *, option_name: str = "path") -> Destination:
-    """The Destination a ``path`` option names: a local path or ``file://`` URL.
+def absolute_local_path(path: str, *, option_name: str = "path") -> str:
+    """``path`` with ``~`` expanded (on the driver), or OptionError if it is relative.
 
-    A relative or ``~`` path is resolved here, once, on the driver: executors get the
-    absolute path.
+    A relative path would be resolved by whichever process uses it: each executor inside
+    its own work directory on a cluster, and under Spark Connect inside the session's
+    temporary directory on the server, which Spark deletes when the session ends. The
+    data would land where nobody looks, so a relative path is refused.
     """
+    from .errors import OptionError
+
+    expanded = os.path.expanduser(path)
+    if not os.path.isabs(expanded):
+        raise OptionError(
+            f"option {option_name!r} must be an absolute path, got {path!r}: a relative path "
+            "is resolved differently by each executor and, under Spark Connect, inside a "
+            f"temporary session directory; write e.g. {os.path.join('/data', path)!r}",
+            option=option_name,
+            value=path,
+            allowed=("an absolute path", "~/...", "file:///..."),
+        )
+    return os.path.normpath(expanded)
+
+
+def destination_for(path: str, *, option_name: str = "path") -> Destination:
+    """The Destination a ``path`` option names: an absolute local path or ``file://`` URL
+    (``~`` is expanded here, once, on the driver)."""
     from .errors import OptionError
 
     scheme, sep, rest = path.partition("://")
     if not sep:
-        return LocalDestination(path)
+        return LocalDestination(absolute_local_path(path, option_name=option_name))
     scheme = scheme.lower()
     if scheme == "file":
         return LocalDestination(rest if rest.startswith("/") else "/" + rest)

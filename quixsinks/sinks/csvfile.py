@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.destinations import LocalDestination
+from quixsinks.core.destinations import LocalDestination, absolute_local_path
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
@@ -100,7 +100,7 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
     def __init__(self, options: CSVFileOptions, *, overwrite: bool = False) -> None:
         super().__init__(options, overwrite=overwrite)
         # resolved once, on the driver: executors get the absolute path
-        self.file_path = os.path.abspath(os.path.expanduser(options.path))
+        self.file_path = absolute_local_path(options.path)
 
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)

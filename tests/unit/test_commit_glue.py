@@ -38,3 +38,19 @@ def test_the_commit_uses_the_query_id_the_tasks_reported(tmp_path: Path) -> None
     writer.commit([ReceiptMessage(receipt)], 0)
     owner = out / "_quixsinks" / "ledger" / "orders" / "owner.json"
     assert '"query_id": "q-123"' in owner.read_text()
+
+
+def test_an_executor_that_cannot_see_the_directory_says_why(tmp_path: Path) -> None:
+    import shutil
+
+    import pytest
+
+    from quixsinks.core.batch import WriteContext
+    from quixsinks.core.errors import DestinationNotFoundError
+    from quixsinks.core.sink import Task
+
+    out = tmp_path / "out"
+    sink = planned_sink(out)
+    shutil.rmtree(out)  # as on an executor machine without the driver's local disk
+    with pytest.raises(DestinationNotFoundError, match="every executor sees"):
+        sink.setup(Task(WriteContext("s", 0)))

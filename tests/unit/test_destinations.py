@@ -291,3 +291,48 @@ def test_url_is_the_root(dest: LocalDestination) -> None:
 
 def test_local_destination_supports_append() -> None:
     assert LocalDestination.supports_append is True
+
+
+# ----------------------------------------------------------------------------- path options
+
+
+@pytest.mark.parametrize("relative", ["out", "./out", "data/out"])
+def test_a_relative_path_is_refused_before_anything_runs(relative: str) -> None:
+    from quixsinks.core.destinations import destination_for
+    from quixsinks.core.errors import OptionError
+
+    with pytest.raises(OptionError, match="must be an absolute path") as raised:
+        destination_for(relative)
+    assert raised.value.option == "path"
+
+
+def test_home_and_file_urls_resolve_to_local_directories(tmp_path: Path) -> None:
+    from quixsinks.core.destinations import destination_for
+
+    assert destination_for("~/x").url == os.path.join(os.path.expanduser("~"), "x")
+    assert destination_for(f"file://{tmp_path}/x").url == f"{tmp_path}/x"
+
+
+@pytest.mark.parametrize("url", ["s3://b/p", "abfss://c@a.dfs.core.windows.net/p", "gs://b/p"])
+def test_object_store_urls_are_refused_clearly_for_now(url: str) -> None:
+    from quixsinks.core.destinations import destination_for
+    from quixsinks.core.errors import OptionError
+
+    with pytest.raises(OptionError, match="not supported by this version"):
+        destination_for(url)
+
+
+def test_an_unknown_scheme_names_what_is_allowed() -> None:
+    from quixsinks.core.destinations import destination_for
+    from quixsinks.core.errors import OptionError
+
+    with pytest.raises(OptionError, match="unknown URL scheme 'ftp'"):
+        destination_for("ftp://host/x")
+
+
+def test_csvfile_refuses_a_relative_path() -> None:
+    from quixsinks.core.errors import OptionError
+    from quixsinks.sinks.csvfile import CSVFileOptions, CSVFileSink
+
+    with pytest.raises(OptionError, match="absolute"):
+        CSVFileSink(CSVFileOptions.from_options({"path": "out.csv"}))
