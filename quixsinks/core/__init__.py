@@ -5,10 +5,14 @@ from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, client_key
 from .destinations import Destination, LocalDestination
 from .errors import (
+    AzureContainerAccessDeniedError,
+    AzureContainerNotFoundError,
     CommitError,
     DestinationAccessDeniedError,
     DestinationError,
     DestinationNotFoundError,
+    GCSBucketAccessDeniedError,
+    GCSBucketNotFoundError,
     InvalidFormatError,
     LedgerFenceError,
     MissingDependencyError,
@@ -16,6 +20,8 @@ from .errors import (
     QuixSinksError,
     RecordError,
     RetryableError,
+    S3BucketAccessDeniedError,
+    S3BucketNotFoundError,
     SinkBackpressureError,
 )
 from .formats import CSVFormat, Format, JSONFormat, ParquetFormat, resolve_format
@@ -28,6 +34,8 @@ from .timeouts import StreamTimeoutTracker
 
 __all__ = [
     "AppendPublisher",
+    "AzureContainerAccessDeniedError",
+    "AzureContainerNotFoundError",
     "BatchingSink",
     "CSVFormat",
     "ClientCache",
@@ -40,6 +48,8 @@ __all__ = [
     "DestinationNotFoundError",
     "FilePublisher",
     "Format",
+    "GCSBucketAccessDeniedError",
+    "GCSBucketNotFoundError",
     "InvalidFormatError",
     "JSONFormat",
     "Ledger",
@@ -61,6 +71,8 @@ __all__ = [
     "RetryPolicy",
     "RetryStats",
     "RetryableError",
+    "S3BucketAccessDeniedError",
+    "S3BucketNotFoundError",
     "Sink",
     "SinkBackpressureError",
     "SinkBatch",

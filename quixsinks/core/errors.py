@@ -10,7 +10,9 @@ the caller can do about it::
     │                                       unserialisable value). Fix the data.
     ├── DestinationError                    the destination refused or failed.
     │   ├── DestinationNotFoundError        bucket, container, directory or table missing
+    │   │   └── S3BucketNotFoundError, AzureContainerNotFoundError, GCSBucketNotFoundError
     │   └── DestinationAccessDeniedError    credentials lack the right to write
+    │       └── S3BucketAccessDeniedError, AzureContainerAccessDeniedError, GCSBucket...
     ├── CommitError                         the driver could not finish a micro-batch; the
     │   │                                   query can be restarted from its checkpoint
     │   └── LedgerFenceError                another streaming query owns this sink id
@@ -29,10 +31,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "AzureContainerAccessDeniedError",
+    "AzureContainerNotFoundError",
     "CommitError",
     "DestinationAccessDeniedError",
     "DestinationError",
     "DestinationNotFoundError",
+    "GCSBucketAccessDeniedError",
+    "GCSBucketNotFoundError",
     "InvalidFormatError",
     "LedgerFenceError",
     "MissingDependencyError",
@@ -40,6 +46,8 @@ __all__ = [
     "QuixSinksError",
     "RecordError",
     "RetryableError",
+    "S3BucketAccessDeniedError",
+    "S3BucketNotFoundError",
     "SinkBackpressureError",
 ]
 
@@ -131,6 +139,30 @@ class DestinationNotFoundError(DestinationError):
 
 class DestinationAccessDeniedError(DestinationError):
     """The destination exists but the credentials in use may not write to it."""
+
+
+class S3BucketNotFoundError(DestinationNotFoundError):
+    """The S3 bucket does not exist (Quix's name)."""
+
+
+class S3BucketAccessDeniedError(DestinationAccessDeniedError):
+    """The credentials may not use the S3 bucket, or are wrong (Quix's name)."""
+
+
+class AzureContainerNotFoundError(DestinationNotFoundError):
+    """The Azure Blob container does not exist (Quix's name)."""
+
+
+class AzureContainerAccessDeniedError(DestinationAccessDeniedError):
+    """The credentials may not use the Azure Blob container, or are wrong (Quix's name)."""
+
+
+class GCSBucketNotFoundError(DestinationNotFoundError):
+    """The Google Cloud Storage bucket does not exist."""
+
+
+class GCSBucketAccessDeniedError(DestinationAccessDeniedError):
+    """The credentials may not use the Google Cloud Storage bucket, or are wrong."""
 
 
 class CommitError(QuixSinksError):
