@@ -3,7 +3,7 @@
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, client_key
-from .destinations import Destination, LocalDestination
+from .destinations import Destination, LocalDestination, StorageOptions
 from .errors import (
     AzureContainerAccessDeniedError,
     AzureContainerNotFoundError,
@@ -80,6 +80,7 @@ __all__ = [
     "SinkOptions",
     "StagedFile",
     "StagingArea",
+    "StorageOptions",
     "StreamTimeoutTracker",
     "Task",
     "WriteContext",

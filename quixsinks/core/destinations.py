@@ -26,15 +26,69 @@ import shutil
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
+from .options import SinkOptions, option
 
-__all__ = ["Destination", "LocalDestination", "absolute_local_path", "destination_for"]
+__all__ = [
+    "Destination",
+    "LocalDestination",
+    "StorageOptions",
+    "absolute_local_path",
+    "destination_for",
+]
 
-#: URL schemes of object stores (the file sink's object-storage support is not in this
-#: version yet: they are refused with a clear error)
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "abfs", "abfss", "az", "gs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageOptions(SinkOptions):
+    """Credentials of the object stores a ``path`` URL may name (Quix's names).
+
+    Read on the driver when the options are parsed (environment variables included) and
+    carried to the executors as secrets. Unset credentials fall back to each client's
+    default chain (boto3's, Azure's, Google's application-default credentials).
+    """
+
+    aws_access_key_id: str | None = option(
+        None, secret=True, env="AWS_ACCESS_KEY_ID", doc="S3: access key id"
+    )
+    aws_secret_access_key: str | None = option(
+        None, secret=True, env="AWS_SECRET_ACCESS_KEY", doc="S3: secret access key"
+    )
+    aws_session_token: str | None = option(
+        None, secret=True, env="AWS_SESSION_TOKEN", doc="S3: session token"
+    )
+    region_name: str | None = option(
+        None, env="AWS_REGION", doc="S3: region (else AWS_DEFAULT_REGION or the profile's)"
+    )
+    endpoint_url: str | None = option(
+        None, doc="S3: endpoint of an S3-compatible store (MinIO...), e.g. http://host:9000"
+    )
+    azure_connection_string: str | None = option(
+        None,
+        secret=True,
+        env="AZURE_STORAGE_CONNECTION_STRING",
+        aliases=("connection_string",),
+        doc="Azure Blob: connection string",
+    )
+    azure_account_key: str | None = option(
+        None, secret=True, env="AZURE_STORAGE_KEY", doc="Azure Blob: account key"
+    )
+    azure_sas_token: str | None = option(None, secret=True, doc="Azure Blob: SAS token")
+    azure_container: str | None = option(
+        None, doc="Azure Blob: the container, when the path URL does not name one"
+    )
+    service_account_json: str | None = option(
+        None, secret=True, doc="GCS: service account key, JSON text or a file path"
+    )
+    gcs_endpoint: str | None = option(
+        None,
+        env="STORAGE_EMULATOR_HOST",
+        doc="GCS: endpoint of an emulator or a private endpoint (anonymous credentials)",
+    )
 
 
 class Destination(ABC):
@@ -334,9 +388,12 @@ def absolute_local_path(path: str, *, option_name: str = "path") -> str:
     return os.path.normpath(expanded)
 
 
-def destination_for(path: str, *, option_name: str = "path") -> Destination:
-    """The Destination a ``path`` option names: an absolute local path or ``file://`` URL
-    (``~`` is expanded here, once, on the driver)."""
+def destination_for(
+    path: str, storage: StorageOptions | None = None, *, option_name: str = "path"
+) -> Destination:
+    """The Destination a ``path`` option names: an absolute local path (``~`` expanded
+    here, once, on the driver), ``file://``, ``s3://``, ``abfs[s]://``, ``az://`` or ``gs://``.
+    """
     from .errors import OptionError
 
     scheme, sep, rest = path.partition("://")
@@ -345,18 +402,38 @@ def destination_for(path: str, *, option_name: str = "path") -> Destination:
     scheme = scheme.lower()
     if scheme == "file":
         return LocalDestination(rest if rest.startswith("/") else "/" + rest)
-    if scheme in OBJECT_STORE_SCHEMES:
-        raise OptionError(
-            f"option {option_name!r}: {scheme}:// paths are not supported by this version of "
-            "quixsinks yet; write to a local or mounted directory",
-            option=option_name,
-            value=path,
-            allowed=("a local path", "file://"),
+    creds = storage or StorageOptions()
+    if scheme in ("s3", "s3a"):
+        from .s3 import S3Destination
+
+        return S3Destination.from_url(
+            path,
+            endpoint_url=creds.endpoint_url,
+            region_name=creds.region_name,
+            aws_access_key_id=creds.aws_access_key_id,
+            aws_secret_access_key=creds.aws_secret_access_key,
+            aws_session_token=creds.aws_session_token,
+        )
+    if scheme in ("abfs", "abfss", "az"):
+        from .azure import AzureDestination
+
+        return AzureDestination.from_url(
+            path,
+            connection_string=creds.azure_connection_string,
+            account_key=creds.azure_account_key,
+            sas_token=creds.azure_sas_token,
+            container=creds.azure_container,
+        )
+    if scheme == "gs":
+        from .gcs import GCSDestination
+
+        return GCSDestination.from_url(
+            path, service_account_json=creds.service_account_json, endpoint=creds.gcs_endpoint
         )
     raise OptionError(
-        f"option {option_name!r}: unknown URL scheme {scheme!r} in {path!r}; use a local path "
-        "or a file:// URL",
+        f"option {option_name!r}: unknown URL scheme {scheme!r} in {path!r}; use an absolute "
+        "local path, file://, s3://, abfs[s]://, az:// or gs://",
         option=option_name,
         value=path,
-        allowed=("a local path", "file://"),
+        allowed=("an absolute path", "file://", "s3://", "abfs[s]://", "az://", "gs://"),
     )

@@ -99,8 +99,16 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
 
     def __init__(self, options: CSVFileOptions, *, overwrite: bool = False) -> None:
         super().__init__(options, overwrite=overwrite)
+        if "://" in options.path and not options.path.startswith("file://"):
+            raise OptionError(
+                f"csvfile appends to one local (or mounted) file, not {options.path!r}: an "
+                "object store cannot append. To write CSV to object storage, use the 'file' "
+                "sink with format=csv (one file per micro-batch, exactly-once)",
+                option="path",
+                value=options.path,
+            )
         # resolved once, on the driver: executors get the absolute path
-        self.file_path = absolute_local_path(options.path)
+        self.file_path = absolute_local_path(options.path.removeprefix("file://"))
 
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)

@@ -24,7 +24,12 @@ from typing import BinaryIO, ClassVar, Literal
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch, name_prefix
-from quixsinks.core.destinations import Destination, LocalDestination, destination_for
+from quixsinks.core.destinations import (
+    Destination,
+    LocalDestination,
+    StorageOptions,
+    destination_for,
+)
 from quixsinks.core.errors import DestinationNotFoundError, InvalidFormatError, OptionError
 from quixsinks.core.formats import (
     CSV_DIALECTS,
@@ -45,12 +50,13 @@ FORMATS: dict[str, type[Format]] = {"json": JSONFormat, "parquet": ParquetFormat
 
 
 @dataclass(frozen=True, kw_only=True)
-class FileOptions(LedgerOptions):
+class FileOptions(LedgerOptions, StorageOptions):
     sink_name: ClassVar[str] = "file"
 
     path: str = option(
-        doc="Output directory: a local path or file:// URL (created if missing; its parent "
-        "must exist). On a cluster, a directory every executor sees at the same path"
+        doc="Output directory: an absolute local path (its parent must exist; on a cluster, "
+        "one every executor sees), or s3://bucket/prefix, abfs[s]://container@account"
+        ".dfs.core.windows.net/prefix, az://container/prefix, gs://bucket/prefix"
     )
     format: Literal["json", "parquet", "csv"] = option("json", doc="File format")
     compression: ParquetCompression = option("snappy", doc="Parquet compression codec")
@@ -62,7 +68,18 @@ class FileOptions(LedgerOptions):
         "excel", doc=f"CSV only: dialect, one of {', '.join(CSV_DIALECTS)}"
     )
     append: bool = option(
-        False, doc="Append every micro-batch to one file per sink id (json and csv only)"
+        False,
+        doc="Append every micro-batch to one file per sink id (json and csv; local or "
+        "mounted directories only)",
+    )
+    max_rows_per_file: int = option(
+        0, minimum=0, doc="Start a new file after this many rows (0: no limit)"
+    )
+    max_file_bytes: int = option(
+        0,
+        minimum=0,
+        doc="Start a new file after about this many bytes of Arrow data (0: no limit; the "
+        "encoded file is usually smaller)",
     )
 
     def validate(self) -> None:
@@ -83,7 +100,7 @@ class FileOptions(LedgerOptions):
             )
 
 
-class FileSink(Sink[FileOptions, StagedFile]):
+class FileSink(Sink[FileOptions, list[StagedFile]]):
     """Writes micro-batches as files; exactly-once. See docs/sinks/file.md."""
 
     name: ClassVar[str] = "file"
@@ -94,14 +111,15 @@ class FileSink(Sink[FileOptions, StagedFile]):
     def __init__(self, options: FileOptions, *, overwrite: bool = False) -> None:
         super().__init__(options, overwrite=overwrite)
         # resolved once, on the driver: executors get the absolute location
-        self.target: Destination = destination_for(options.path)
+        self.target: Destination = destination_for(options.path, options)
 
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
         if self.options.append and not self.target.supports_append:
             raise OptionError(
-                f"append=true needs a local or mounted directory, not {self.target.url}; "
-                "use append=false (one file per micro-batch)",
+                f"append=true needs a local or mounted directory, not {self.target.url}: an "
+                "object store cannot append; use append=false (one file per micro-batch, "
+                "exactly-once as well)",
                 option="append",
                 value="true",
             )
@@ -165,7 +183,22 @@ class FileSink(Sink[FileOptions, StagedFile]):
             ledger = self.staging().ledger(self.options.takeover_query_id)
         ledger.check(ctx.sink_id, ctx.query_id)
 
-    def write(self, batch: SinkBatch) -> StagedFile:
+    def write(self, batch: SinkBatch) -> list[StagedFile]:
+        """Stage the batch as one file, or several when max_rows_per_file/max_file_bytes
+        cap the size (files roll over at those limits)."""
+        return [self._stage_file(piece) for piece in self._pieces(batch)]
+
+    def _pieces(self, batch: SinkBatch) -> list[SinkBatch]:
+        pieces = [batch]
+        if self.options.max_file_bytes:
+            pieces = [
+                p for b in pieces for p in b.iter_chunks_by_bytes(self.options.max_file_bytes)
+            ]
+        if self.options.max_rows_per_file:
+            pieces = [p for b in pieces for p in b.iter_chunks(self.options.max_rows_per_file)]
+        return pieces
+
+    def _stage_file(self, batch: SinkBatch) -> StagedFile:
         fmt = self.file_format()
         ctx = batch.context
         piece = batch.counters.get("files", 0)
@@ -185,8 +218,8 @@ class FileSink(Sink[FileOptions, StagedFile]):
 
     # ------------------------------------------------------------------ driver
 
-    def commit(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:
-        files = staged_in_order(receipts)
+    def commit(self, context: CommitContext, receipts: list[Receipt[list[StagedFile]]]) -> None:
+        files = [f for staged in staged_in_order(receipts) for f in staged]
         if self.options.append:
             if files:
                 self._appender(context.sink_id).publish(
@@ -207,8 +240,8 @@ class FileSink(Sink[FileOptions, StagedFile]):
             keep_ledger=context.streaming,
         )
 
-    def abort(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:
-        files = staged_in_order(receipts)
+    def abort(self, context: CommitContext, receipts: list[Receipt[list[StagedFile]]]) -> None:
+        files = [f for staged in staged_in_order(receipts) for f in staged]
         if self.options.append:
             self._appender(context.sink_id).abort(context.sink_id, context.batch_id, files)
         else:

@@ -6,7 +6,9 @@ at random moments and starts it again from the same checkpoints.
     python kill_job.py IN OUT_DIR OUT_CSV CHECKPOINTS [--available-now]
 
 The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON. With
-QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id.
+QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id. With
+QUIXSINKS_KILL_ONLY_FILE holding JSON options, only the `file` query runs, with those
+options (an object-store path and its credentials).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def main() -> None:
     }
     if os.environ.get("QUIXSINKS_KILL_PG"):
         sinks["postgresql"] = json.loads(os.environ["QUIXSINKS_KILL_PG"])
+    if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
+        sinks = {"file": json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"])}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")
     for fmt, options in sinks.items():
         if sink_id:

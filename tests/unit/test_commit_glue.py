@@ -54,3 +54,17 @@ def test_an_executor_that_cannot_see_the_directory_says_why(tmp_path: Path) -> N
     shutil.rmtree(out)  # as on an executor machine without the driver's local disk
     with pytest.raises(DestinationNotFoundError, match="every executor sees"):
         sink.setup(Task(WriteContext("s", 0)))
+
+
+def test_files_roll_over_at_max_rows_per_file(tmp_path: Path) -> None:
+    from quixsinks.core.batch import SinkBatch, WriteContext
+    from quixsinks.core.sink import Task
+
+    sink = planned_sink(tmp_path / "out", max_rows_per_file="3")
+    context = WriteContext("s", 0)
+    table = pa.table({"id": pa.array(range(10), pa.int64())})
+    assert sink.records is not None
+    batch = SinkBatch(table, sink.records, context, task=Task(context))
+    staged = sink.write(batch)
+    assert [f.rows for f in staged] == [3, 3, 3, 1]
+    assert len({f.final_key for f in staged}) == 4

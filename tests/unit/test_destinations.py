@@ -313,21 +313,21 @@ def test_home_and_file_urls_resolve_to_local_directories(tmp_path: Path) -> None
     assert destination_for(f"file://{tmp_path}/x").url == f"{tmp_path}/x"
 
 
-@pytest.mark.parametrize("url", ["s3://b/p", "abfss://c@a.dfs.core.windows.net/p", "gs://b/p"])
-def test_object_store_urls_are_refused_clearly_for_now(url: str) -> None:
-    from quixsinks.core.destinations import destination_for
-    from quixsinks.core.errors import OptionError
-
-    with pytest.raises(OptionError, match="not supported by this version"):
-        destination_for(url)
-
-
 def test_an_unknown_scheme_names_what_is_allowed() -> None:
     from quixsinks.core.destinations import destination_for
     from quixsinks.core.errors import OptionError
 
     with pytest.raises(OptionError, match="unknown URL scheme 'ftp'"):
         destination_for("ftp://host/x")
+
+
+@pytest.mark.parametrize("path", ["s3://bucket/out.csv", "gs://bucket/out.csv"])
+def test_csvfile_refuses_an_object_store(path: str) -> None:
+    from quixsinks.core.errors import OptionError
+    from quixsinks.sinks.csvfile import CSVFileOptions, CSVFileSink
+
+    with pytest.raises(OptionError, match="use the 'file' sink"):
+        CSVFileSink(CSVFileOptions.from_options({"path": path}))
 
 
 def test_csvfile_refuses_a_relative_path() -> None:
