@@ -2,6 +2,7 @@
 
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
+from .column_types import ColumnTypes
 from .destinations import Destination, LocalDestination
 from .errors import (
     CommitError,
@@ -27,6 +28,7 @@ __all__ = [
     "AppendPublisher",
     "BatchingSink",
     "CSVFormat",
+    "ColumnTypes",
     "CommitContext",
     "CommitError",
     "CommonOptions",

@@ -405,11 +405,14 @@ class ParquetFormat(Format):
     Args:
         file_extension: default ``.parquet``.
         compression: snappy (default), none, gzip, brotli, lz4 or zstd.
+        conform: a callable ``table -> table`` applied before writing (the ``file`` sink
+            keeps one type per column across a directory's files with it).
     """
 
     file_extension: str = ".parquet"
     compression: str = "snappy"
     appendable: bool = False
+    conform: Callable[[pa.Table], pa.Table] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.compression not in PARQUET_COMPRESSIONS:
@@ -428,7 +431,8 @@ class ParquetFormat(Format):
             if name in columns:
                 raise RecordError(f"value column {name!r} clashes with a Quix column", column=name)
             columns[name] = values.column(name)
-        return pa.table(columns)
+        table = pa.table(columns)
+        return self.conform(table) if self.conform is not None else table
 
     def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         out = pa.BufferOutputStream()
