@@ -330,7 +330,7 @@ CASES: tuple[Case, ...] = (
 
 def markdown() -> str:
     """The matrix as a Markdown table, with a legend."""
-    mark = {LOSSLESS: "✅ lossless", CONVERSION: "🔄", ERROR: "⛔ error"}
+    mark = {LOSSLESS: "✅ lossless", CONVERSION: "🔄 conversion", ERROR: "⛔ error"}
     lines = [
         "| Spark type | " + " | ".join(SINKS) + " |",
         "|---" * (len(SINKS) + 1) + "|",
