@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import pickle
 from typing import Any
 
@@ -441,3 +442,10 @@ def test_fast_and_exact_parsers_agree() -> None:
     exact = parse_json_objects(pa.array([*rows, MULTI_LINE]), "value").slice(0, len(rows))
     assert fast.schema == exact.schema.remove(exact.schema.get_field_index("z"))
     assert fast.to_pylist() == exact.drop_columns(["z"]).to_pylist()
+
+
+@pytest.mark.parametrize(
+    "row", ['{"a": [null, 1, null, 2]}', '{"a": [null, {"x": 1}]}', '{"a": [null, null]}']
+)
+def test_arrays_starting_with_nulls_keep_their_elements_in_place(row: str) -> None:
+    assert parse(row) == [json.loads(row)]
