@@ -253,12 +253,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     "UTF-8 text; table names must be text",
                     column=column_name,
                 ) from None
-        elif not (pa.types.is_string(names.type) or pa.types.is_large_string(names.type)):
+        elif pa.types.is_nested(names.type):
             raise RecordError(
                 f"postgresql: 'table_name_column' {column_name!r} has type {names.type}; it "
                 "must hold text (cast it to string in Spark)",
                 column=column_name,
             )
+        else:
+            names = pc.cast(names, pa.string())
         row = first_null(names)
         if row is not None:
             raise QuixSinksError(
