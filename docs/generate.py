@@ -1,8 +1,11 @@
-"""Regenerate the options tables in docs/ from the options dataclasses (`make docs`).
+"""Regenerate the generated tables in docs/ (`make docs`).
 
-Each page marks its table with ``<!-- options:NAME -->`` ... ``<!-- /options -->``
-where NAME is a built-in sink's format name or ``common``. ``--check`` exits 1 when a
-page is out of date (the unit tests run it, so the docs cannot drift from the code).
+Each page marks an options table with ``<!-- options:NAME -->`` ... ``<!-- /options -->``
+where NAME is a built-in sink's format name or ``common``; the type-fidelity matrix,
+declared in tests/fidelity_matrix.py and checked by tests/integration/
+test_type_fidelity.py, goes between ``<!-- fidelity-matrix -->`` and
+``<!-- /fidelity-matrix -->``. ``--check`` exits 1 when a page is out of date (the unit
+tests run it, so the docs cannot drift from the code or the tests).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from quixsinks.core.sink import CommonOptions
 
 DOCS = Path(__file__).resolve().parent
 BLOCK = re.compile(r"(<!-- options:([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.S)
+MATRIX = re.compile(r"(<!-- fidelity-matrix -->\n)(.*?)(<!-- /fidelity-matrix -->)", re.S)
 
 
 def options_class(name: str) -> type[SinkOptions]:
@@ -48,8 +52,16 @@ def table(name: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def fidelity_matrix() -> str:
+    sys.path.insert(0, str(DOCS.parent))
+    from tests.fidelity_matrix import markdown
+
+    return markdown()
+
+
 def render(text: str) -> str:
-    return BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+    text = BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+    return MATRIX.sub(lambda m: m.group(1) + fidelity_matrix() + m.group(3), text)
 
 
 def main() -> int:

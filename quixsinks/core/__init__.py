@@ -3,6 +3,7 @@
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, client_key
+from .column_types import ColumnTypes
 from .destinations import Destination, LocalDestination, StorageOptions
 from .errors import (
     AzureContainerAccessDeniedError,
@@ -39,6 +40,7 @@ __all__ = [
     "BatchingSink",
     "CSVFormat",
     "ClientCache",
+    "ColumnTypes",
     "CommitContext",
     "CommitError",
     "CommonOptions",

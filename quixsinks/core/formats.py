@@ -12,8 +12,10 @@ CSV        columns ``key, value, timestamp, topic, partition, offset`` (value as
 =========  ============================================================================
 
 Keys are written as themselves: text keys as strings, binary keys decoded as UTF-8
-(Quix wrote the Python repr of non-bytes keys; we do not). Non-finite floats become
-JSON ``null``; timestamps ISO 8601; binary values base64; decimals exact.
+(Quix wrote the Python repr of non-bytes keys; we do not); in CSV, a struct, map or list
+key is its JSON text. Values are written the same way at every depth of nesting (see
+:func:`json_column`): decimals as JSON numbers with their exact digits, non-finite
+floats as ``null``, timestamps ISO 8601 (``Z`` for instants), binary base64.
 """
 
 from __future__ import annotations
@@ -181,53 +183,84 @@ def _json_strings(column: pa.Array) -> pa.Array:
 
 
 def json_column(column: pa.Array) -> pa.Array:
-    """Each value of ``column`` as JSON text, ``null`` for nulls; vectorised where possible."""
+    """Each value of ``column`` as JSON text, ``null`` for nulls; vectorised, nested types too.
+
+    Every value is written the same way at any depth: integers and decimals as numbers
+    with their exact digits, floats as their shortest text (NaN and infinities as
+    ``null``), timestamps as ISO 8601 strings (``Z`` for an instant), dates as ISO
+    strings, binary as base64 strings, structs and maps as objects (map keys as the
+    JSON text of the key, in a string when it is not one), lists as arrays.
+    """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    return pc.fill_null(_json_text(column), "null")
+
+
+def _json_text(column: pa.Array) -> pa.Array:
+    """JSON text per value; null where the value is null."""
     t = column.type
+    n = len(column)
     if pa.types.is_null(t):
-        return pa.array(["null"] * len(column), pa.string())
+        return pa.nulls(n, pa.string())
     if pa.types.is_dictionary(t):
-        return json_column(column.dictionary_decode())
+        return _json_text(column.dictionary_decode())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        out = _json_strings(pc.cast(column, pa.string()))
-    elif pa.types.is_integer(t) or pa.types.is_decimal(t):
-        out = pc.cast(column, pa.string())
-    elif pa.types.is_floating(t):
+        return _json_strings(pc.cast(column, pa.string()))
+    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_boolean(t):
+        return pc.cast(column, pa.string())
+    if pa.types.is_floating(t):
         finite = pc.is_finite(column)
-        out = pc.if_else(finite, pc.cast(column, pa.string()), pa.scalar(None, pa.string()))
-    elif pa.types.is_boolean(t):
-        out = pc.cast(column, pa.string())
-    elif pa.types.is_timestamp(t):
+        return pc.if_else(finite, pc.cast(column, pa.string()), pa.scalar(None, pa.string()))
+    if pa.types.is_timestamp(t):
         if t.tz:
             column = pc.cast(column, pa.timestamp(t.unit, "UTC"))
         text = pc.strftime(column, "%Y-%m-%dT%H:%M:%S")
         suffix = "Z" if t.tz else ""
-        out = pc.binary_join_element_wise('"', text, suffix + '"', "")
-    elif pa.types.is_date(t):
-        out = pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
-    else:
-        out = pa.array(
-            [None if v is None else _dumps_row(_plain(v, t)) for v in column.to_pylist()],
-            pa.string(),
-        )
-    return pc.fill_null(out, "null")
-
-
-def _plain(value: Any, t: pa.DataType) -> Any:
-    """A nested Arrow value as JSON-ready Python: maps (lists of pairs) become dicts."""
-    if value is None:
-        return None
-    if pa.types.is_map(t):
-        return {str(k): _plain(v, t.item_type) for k, v in value}
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [_plain(v, t.value_type) for v in value]
+        return pc.binary_join_element_wise('"', text, suffix + '"', "")
+    if pa.types.is_date(t):
+        return pc.binary_join_element_wise('"', pc.cast(column, pa.string()), '"', "")
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        encoded = [
+            None if v is None else '"' + base64.b64encode(v).decode("ascii") + '"'
+            for v in column.to_pylist()
+        ]
+        return pa.array(encoded, pa.string())
     if pa.types.is_struct(t):
-        return {
-            t.field(i).name: _plain(value[t.field(i).name], t.field(i).type)
-            for i in range(t.num_fields)
-        }
-    return value
+        if t.num_fields == 0:
+            text = pa.array(["{}"] * n, pa.string())
+        else:
+            pieces: list[Piece] = []
+            for index, child in enumerate(column.flatten()):
+                name = json.dumps(t.field(index).name, ensure_ascii=False)
+                pieces += [("{" if index == 0 else ",") + name + ":", json_column(child)]
+            text = concat_pieces(_merge_literals([*pieces, "}"]), n)
+        return pc.if_else(pc.is_valid(column), text, pa.scalar(None, pa.string()))
+    if pa.types.is_map(t):
+        entries = column.cast(pa.list_(pa.struct([t.key_field, t.item_field]))).flatten()
+        keys = _json_text(entries.field(0))
+        if not (pa.types.is_string(t.key_type) or pa.types.is_large_string(t.key_type)):
+            keys = _json_strings(keys)  # an object key is a string: the key's JSON text
+        items = json_column(entries.field(1))
+        return _join_lists(column, pc.binary_join_element_wise(keys, items, ":"), "{", "}")
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _join_lists(column, json_column(column.flatten()), "[", "]")
+    return pa.array([None if v is None else _dumps_row(v) for v in column.to_pylist()], pa.string())
+
+
+def _join_lists(column: pa.Array, texts: pa.Array, opener: str, closer: str) -> pa.Array:
+    """``opener`` + each list's element texts joined by commas + ``closer``; null for null."""
+    if pa.types.is_fixed_size_list(column.type):
+        size = column.type.list_size
+        offsets = pa.array(range(0, (len(column) + 1) * size, size), pa.int32())
+    else:
+        offsets = column.offsets
+        if len(offsets):
+            offsets = pc.subtract(offsets, offsets[0])
+        offsets = pc.cast(offsets, pa.int32())
+    lists = pa.ListArray.from_arrays(offsets, pc.cast(texts, pa.string()))
+    joined = pc.binary_join(lists, ",")
+    text = pc.binary_join_element_wise(opener, joined, closer, "")
+    return pc.if_else(pc.is_valid(column), text, pa.scalar(None, pa.string()))
 
 
 def json_key_pieces(keys: pa.Array) -> list[Piece]:
@@ -235,6 +268,25 @@ def json_key_pieces(keys: pa.Array) -> list[Piece]:
     if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
         return json_pieces(decode_utf8(keys))
     return json_pieces(keys)
+
+
+def csv_keys(keys: pa.Array) -> pa.Array:
+    """Keys as CSV text: binary decoded as UTF-8, strings as they are, numbers as their text,
+    times as ISO 8601, structs, maps and lists as JSON text; null stays null."""
+    t = keys.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return decode_utf8(keys)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pc.cast(keys, pa.string())
+    if pa.types.is_dictionary(t):
+        return csv_keys(keys.dictionary_decode())
+    if pa.types.is_null(t):
+        return pa.nulls(len(keys), pa.string())
+    if pa.types.is_nested(t):
+        return pc.if_else(pc.is_valid(keys), json_column(keys), pa.scalar(None, pa.string()))
+    if pa.types.is_temporal(t):  # ISO 8601, as in the value
+        return pc.utf8_slice_codeunits(_json_text(keys), 1, -1)
+    return pc.cast(keys, pa.string())
 
 
 def decode_utf8(column: pa.Array) -> pa.Array:
@@ -353,11 +405,14 @@ class ParquetFormat(Format):
     Args:
         file_extension: default ``.parquet``.
         compression: snappy (default), none, gzip, brotli, lz4 or zstd.
+        conform: a callable ``table -> table`` applied before writing (the ``file`` sink
+            keeps one type per column across a directory's files with it).
     """
 
     file_extension: str = ".parquet"
     compression: str = "snappy"
     appendable: bool = False
+    conform: Callable[[pa.Table], pa.Table] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.compression not in PARQUET_COMPRESSIONS:
@@ -376,7 +431,8 @@ class ParquetFormat(Format):
             if name in columns:
                 raise RecordError(f"value column {name!r} clashes with a Quix column", column=name)
             columns[name] = values.column(name)
-        return pa.table(columns)
+        table = pa.table(columns)
+        return self.conform(table) if self.conform is not None else table
 
     def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         out = pa.BufferOutputStream()
@@ -431,12 +487,12 @@ class CSVFormat(Format):
     def table(self, batch: SinkBatch) -> pa.Table:
         records = batch.records
         n = batch.num_rows
-        if self.key_serializer is not None or self.value_serializer is not None:
-            keys, values = self._custom_columns(batch)
+        keys = (
+            self._custom_keys(batch) if self.key_serializer is not None else csv_keys(batch.keys())
+        )
+        if self.value_serializer is not None:
+            values = self._custom_values(batch)
         else:
-            raw_keys = batch.keys()
-            is_binary = pa.types.is_binary(raw_keys.type) or pa.types.is_large_binary(raw_keys.type)
-            keys = decode_utf8(raw_keys) if is_binary else pc.cast(raw_keys, pa.string())
             values = json_objects(batch.values())
 
         def meta(name: str | None, kind: pa.DataType) -> pa.Array:
@@ -453,25 +509,27 @@ class CSVFormat(Format):
             }
         )
 
-    def _custom_columns(self, batch: SinkBatch) -> tuple[pa.Array, pa.Array]:
+    def _custom_keys(self, batch: SinkBatch) -> pa.Array:
+        assert self.key_serializer is not None
         keys: list[str | None] = []
+        for index, key in enumerate(batch.keys().to_pylist()):
+            try:
+                keys.append(self.key_serializer(key))
+            except Exception as exc:
+                raise RecordError(f"row {index}: key serializer failed: {exc}", row=index) from exc
+        return pa.array(keys, pa.string())
+
+    def _custom_values(self, batch: SinkBatch) -> pa.Array:
+        assert self.value_serializer is not None
         values: list[str] = []
         for index, item in enumerate(batch):
             try:
-                if self.key_serializer is not None:
-                    keys.append(self.key_serializer(item.key))
-                elif isinstance(item.key, bytes):
-                    keys.append(item.key.decode("utf-8", "replace"))
-                else:
-                    keys.append(None if item.key is None else str(item.key))
-                values.append(
-                    self.value_serializer(item.value)
-                    if self.value_serializer is not None
-                    else _dumps_row(item.value)
-                )
+                values.append(self.value_serializer(item.value))
             except Exception as exc:
-                raise RecordError(f"row {index}: serializer failed: {exc}", row=index) from exc
-        return pa.array(keys, pa.string()), pa.array(values, pa.string())
+                raise RecordError(
+                    f"row {index}: value serializer failed: {exc}", row=index
+                ) from exc
+        return pa.array(values, pa.string())
 
     def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         if batch.num_rows == 0:

@@ -199,45 +199,228 @@ def _empty_rows(n: int) -> pa.Table:
     return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])
 
 
+# ----------------------------------------------------------------------------- JSON values
+#
+# How JSON values are typed (docs/index.md, "The record model"): a batch's value columns
+# are the union of the keys of all its rows, in order of first appearance, at every level
+# of nesting. A row without a key has null there. A key's type is the one type of its
+# non-null values: boolean, int64, float64, string, struct (an object: the union of its
+# keys) or list (of the union of its elements' types). Integers and floats in one key
+# widen to float64 (exact up to 2**53); NaN, Infinity and -Infinity (as Python's json
+# module writes them) are float64 too. Strings stay strings: nothing is inferred from
+# their content (pyarrow's reader would turn date-like strings into timestamps). Two
+# other types in one key, or an integer outside 64 bits, are a RecordError.
+
+#: integers from 2**63 up are read by pyarrow as float64 without a word: a float64 this
+#: large sends the batch to the exact parser, which refuses such integers
+_BIG = float(2**63)
+#: a null element of a JSON array: pyarrow's reader (26.0) misplaces the values of an
+#: array whose first elements are null (``[null, 1, null, 2]`` reads as ``[1, null, 2,
+#: null]``), so such batches take the exact parser (found by tests/unit/test_properties.py)
+_NULL_IN_ARRAY = r"[\[,]\s*null"
+
+
+def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
+    """Parse a column of JSON objects (text or bytes) into a table; see the notes above.
+
+    A null row (a Kafka tombstone) or the JSON text ``null`` is a row without values.
+    Fast path: pyarrow's JSON reader over the joined lines, which unifies keys and
+    types over the whole input; when it inferred a timestamp anywhere, the input is read
+    again with that schema, timestamps replaced by strings. Rows it cannot take (a row of
+    several lines, anything but an object, huge numbers) and type conflicts go to the
+    exact per-row parser, which names the offending row and key.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.null_count == len(column):
+        return _empty_rows(len(column))
+    lines = as_binary(column)
+    lines = pc.fill_null(pc.if_else(pc.equal(lines, b"null"), b"{}", lines), b"{}")
+    if pc.all(pc.starts_with(lines, b"{")).as_py():
+        data = join_lines(lines)
+        # one line per row, or the reader would see several rows in one (and a bare
+        # `null` line crashes it): count the line ends in one pass over the bytes
+        text = data.to_pybytes()
+        if text.count(b"\n") == len(lines) and b"\r" not in text:
+            parsed = _read_json(data, None)
+            if parsed is not None and parsed.num_rows == len(lines):
+                if any(_has_timestamp(f.type) for f in parsed.schema):
+                    schema = pa.schema(
+                        [f.with_type(_strings_for_timestamps(f.type)) for f in parsed.schema]
+                    )
+                    parsed = _read_json(data, schema)
+                if (
+                    parsed is not None
+                    and parsed.num_rows == len(lines)
+                    and not any(_has_huge_float(c) for c in parsed.columns)
+                    and not (
+                        any(_has_list(f.type) for f in parsed.schema)
+                        and pc.any(pc.match_substring_regex(lines, _NULL_IN_ARRAY)).as_py()
+                    )
+                ):
+                    return parsed
+    return _parse_rows(column.to_pylist(), name)
+
+
+def _has_huge_float(array: pa.Array | pa.ChunkedArray) -> bool:
+    t = array.type
+    if pa.types.is_floating(t):
+        return bool(pc.any(pc.greater_equal(pc.abs(array), _BIG)).as_py())
+    if isinstance(array, pa.ChunkedArray):
+        return any(_has_huge_float(chunk) for chunk in array.chunks)
+    if pa.types.is_struct(t):
+        return any(_has_huge_float(array.field(i)) for i in range(t.num_fields))
+    if pa.types.is_list(t):
+        return _has_huge_float(array.flatten())
+    return False
+
+
+def _read_json(data: pa.Buffer, schema: pa.Schema | None) -> pa.Table | None:
+    """pyarrow's JSON reader over one object per line; None where it refuses the input.
+
+    Never give it a line that is not an object: a bare ``null`` crashes the process.
+    """
+    parse = (
+        pa_json.ParseOptions()
+        if schema is None
+        else pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    )
+    try:
+        table = pa_json.read_json(pa.BufferReader(data), parse_options=parse)
+    except pa.ArrowInvalid:
+        return None
+    return table.combine_chunks() if table.num_columns else _empty_rows(table.num_rows)
+
+
 def _has_timestamp(t: pa.DataType) -> bool:
     if pa.types.is_timestamp(t):
         return True
     if pa.types.is_struct(t):
         return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
+    if pa.types.is_list(t):
         return _has_timestamp(t.value_type)
     return False
 
 
-def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
-    """Parse a column of JSON objects (text or bytes) into a table.
+def _has_list(t: pa.DataType) -> bool:
+    if pa.types.is_list(t):
+        return True
+    return pa.types.is_struct(t) and any(_has_list(f.type) for f in t)
 
-    A null row (a Kafka tombstone) or the JSON text ``null`` is a row without values.
-    Fast path: pyarrow's JSON reader over the joined lines, taken only when it cannot
-    misalign rows (no empty or multi-line row) and inferred no timestamp (it would turn
-    date-like strings into timestamps). Otherwise the exact per-row parser runs, which
-    names the offending row.
-    """
-    if column.null_count == len(column):
-        return _empty_rows(len(column))
-    lines = pc.fill_null(as_binary(column), b"null")
-    risky = pc.any(pc.match_substring_regex(lines, r"(^\s*$)|\n|(^\s*null\s*$)")).as_py()
-    if not risky:
-        try:
-            parsed = pa_json.read_json(pa.BufferReader(join_lines(lines)))
-            if parsed.num_rows == len(column) and not any(
-                _has_timestamp(f.type) for f in parsed.schema
-            ):
-                return parsed
-        except pa.ArrowInvalid:
-            pass
+
+def _strings_for_timestamps(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_strings_for_timestamps(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_strings_for_timestamps(t.value_type)))
+    return t
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class _Node:
+    """The type of one key (or list element) so far, and the row that first gave it."""
+
+    __slots__ = ("children", "item", "kind", "row")
+
+    def __init__(self) -> None:
+        self.kind = "null"
+        self.row = -1
+        self.children: dict[str, _Node] = {}
+        self.item: _Node | None = None
+
+    def add(self, value: Any, row: int, path: str, column: str) -> None:
+        if value is None:
+            return
+        kind = _kind(value)
+        if kind == "integer" and not _INT64[0] <= value <= _INT64[1]:
+            raise RecordError(
+                f"row {row}: column {column!r}, key {path!r} holds the integer {value}, which "
+                "does not fit in 64 bits; send it as a string (or set value_format=columns)",
+                column=column,
+                row=row,
+            )
+        if self.kind == "null":
+            self.kind, self.row = kind, row
+        elif {self.kind, kind} == {"integer", "float"}:
+            self.kind = "float"  # documented widening: int and float in one key -> float64
+        elif self.kind != kind:
+            raise RecordError(
+                f"row {row}: column {column!r}, key {path!r} holds {_article(kind)}, but row "
+                f"{self.row} has {_article(self.kind)} there; one key must keep one type within "
+                "a batch: make the producer consistent, or set value_format=columns to write "
+                "the JSON text unparsed",
+                column=column,
+                row=row,
+            )
+        if kind == "object":
+            for key, item in value.items():
+                child = self.children.get(key)
+                if child is None:
+                    child = self.children[key] = _Node()
+                child.add(item, row, f"{path}.{key}", column)
+        elif kind == "array":
+            if self.item is None:
+                self.item = _Node()
+            for item in value:
+                self.item.add(item, row, f"{path}[]", column)
+
+    def arrow_type(self) -> pa.DataType:
+        if self.kind == "object":
+            return pa.struct([(k, v.arrow_type()) for k, v in self.children.items()])
+        if self.kind == "array":
+            return pa.list_(self.item.arrow_type() if self.item else pa.null())
+        return _ARROW[self.kind]
+
+
+_ARROW = {
+    "null": pa.null(),
+    "boolean": pa.bool_(),
+    "integer": pa.int64(),
+    "float": pa.float64(),
+    "string": pa.string(),
+}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    return "array"
+
+
+def _article(kind: str) -> str:
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value - value != 0:
+        raise ValueError(f"the number {text} does not fit in a double")
+    return value
+
+
+def _parse_rows(raw_rows: list[Any], name: str) -> pa.Table:
+    """The exact parser: ``json.loads`` per row, the union of keys and types, one table."""
     rows: list[dict[str, Any]] = []
-    for index, raw in enumerate(column.to_pylist()):
+    root = _Node()
+    root.kind = "object"
+    for index, raw in enumerate(raw_rows):
         if raw is None:
             rows.append({})
             continue
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, parse_float=_finite_float)
         except ValueError as exc:
             raise RecordError(
                 f"row {index}: column {name!r} is not valid JSON ({exc}); "
@@ -254,14 +437,13 @@ def parse_json_objects(column: pa.Array, name: str) -> pa.Table:
                 column=name,
                 row=index,
             )
+        for key, item in value.items():
+            child = root.children.get(key)
+            if child is None:
+                child = root.children[key] = _Node()
+            child.add(item, index, key, name)
         rows.append(value)
-    if not any(rows):
+    if not root.children:
         return _empty_rows(len(rows))
-    try:
-        return pa.Table.from_pylist(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise RecordError(
-            f"column {name!r}: the JSON values do not share one type per field ({exc}); "
-            "make the producer consistent or set value_format=columns",
-            column=name,
-        ) from None
+    schema = pa.schema([(key, node.arrow_type()) for key, node in root.children.items()])
+    return pa.Table.from_pylist(rows, schema=schema)

@@ -7,6 +7,10 @@ Layout under ``path``::
     _quixsinks/                                     staging area and fenced ledger (hidden
                                                     from Spark and pandas readers by "_")
 
+With JSON values (a Kafka ``value``), Parquet files of one directory keep one type per
+column: the first file to write a column fixes its type, later files are widened to it
+(nulls, int64 into float64) or fail with a RecordError (see quixsinks.core.column_types).
+
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
 or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``. The prefix is the
 sink id, followed by the first 8 characters of the query id when an explicit ``sink_id``
@@ -17,6 +21,7 @@ duplicate or an orphan file (see quixsinks.core.publish for the protocol).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
@@ -24,6 +29,7 @@ from typing import BinaryIO, ClassVar, Literal
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch, name_prefix
+from quixsinks.core.column_types import ColumnTypes
 from quixsinks.core.destinations import (
     Destination,
     LocalDestination,
@@ -200,6 +206,11 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     def _stage_file(self, batch: SinkBatch) -> StagedFile:
         fmt = self.file_format()
+        if isinstance(fmt, ParquetFormat) and batch.records.value_json:
+            # JSON values are typed per batch: keep one type per column across the files
+            types = ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
+            where = self.options.path
+            fmt = dataclasses.replace(fmt, conform=lambda table: types.conform(table, where))
         ctx = batch.context
         piece = batch.counters.get("files", 0)
         batch.count("files")

@@ -35,9 +35,9 @@ def write_input_files(folder: Path, files: int, rows_per_file: int) -> list[int]
     return ids
 
 
-def stream_from(spark: Any, folder: Path) -> Any:
+def stream_from(spark: Any, folder: Path, schema: str = INPUT_SCHEMA) -> Any:
     return (
-        spark.readStream.schema(INPUT_SCHEMA)
+        spark.readStream.schema(schema)
         .option("maxFilesPerTrigger", 1)
         .json(str(folder))
         .withColumnRenamed("ts", "timestamp")
@@ -51,9 +51,10 @@ def run_available_now(
     checkpoint: Path,
     options: dict[str, str],
     prepare: Callable[[Any], Any] | None = None,
+    schema: str = INPUT_SCHEMA,
 ) -> None:
     """Run the query over every input file and wait for it; re-raises a query failure."""
-    df = stream_from(spark, folder)
+    df = stream_from(spark, folder, schema)
     if prepare is not None:
         df = prepare(df)
     writer = df.writeStream.format(fmt).option("checkpointLocation", str(checkpoint))

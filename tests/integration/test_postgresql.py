@@ -348,3 +348,88 @@ def test_direct_mode_upsert_absorbs_a_repeated_write_per_table(
     write(df, pg, **options)
     assert query(pg, "SELECT id, v FROM a") == [(1, "x")]
     assert query(pg, "SELECT id, v FROM b") == [(2, "y")]
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+
+def test_an_existing_numeric_column_of_smaller_scale_is_an_error_not_rounding(
+    spark: Any, pg: dict[str, Any]
+) -> None:
+    query(pg, "CREATE TABLE money (amount numeric(10,2))")
+    df = spark.sql("SELECT cast(1.2345 AS decimal(10,4)) AS amount")
+    with pytest.raises(Exception, match=r"has type numeric\(10,2\), but the data has numeric"):
+        write(df, pg, table_name="money", include_metadata="false")
+    assert query(pg, "SELECT count(*) FROM money") == [(0,)]
+
+
+def test_a_binary_table_name_column_names_tables_by_its_text(
+    spark: Any, pg: dict[str, Any]
+) -> None:
+    df = spark.sql("SELECT cast('cats' AS binary) AS kind, 1 AS id")
+    write(df, pg, table_name_column="kind", include_metadata="false")
+    assert query(pg, "SELECT id FROM cats") == [(1,)]
+    assert query(pg, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'b''%'") == [(0,)]
+
+
+def test_a_table_name_postgresql_would_truncate_is_an_error(spark: Any, pg: dict[str, Any]) -> None:
+    long = "t" * 70
+    df = spark.sql(f"SELECT '{long}' AS kind, 1 AS id")
+    with pytest.raises(Exception, match="PostgreSQL keeps only the first 63"):
+        write(df, pg, table_name_column="kind", include_metadata="false")
+    with pytest.raises(Exception, match="PostgreSQL keeps only the first 63"):
+        write(df, pg, table_name=long)
+
+
+def test_connect_options_cannot_shift_the_session_time_zone(spark: Any, pg: dict[str, Any]) -> None:
+    df = spark.sql("SELECT timestamp'2024-05-01 12:00:00' AS at, 1 AS id")
+    options = "application_name=mine options='-c timezone=America/New_York -c work_mem=8MB'"
+    write(df, pg, table_name="tz", include_metadata="false", connect_options=options)
+    [(at,)] = query(pg, "SELECT at FROM tz")
+    assert at == dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)
+
+
+def test_a_struct_key_is_written_as_json_text(spark: Any, pg: dict[str, Any]) -> None:
+    df = spark.sql("SELECT named_struct('a', 1, 'b', 'x') AS key, 1 AS id")
+    write(df, pg, table_name="keyed")
+    assert query(pg, "SELECT __key::jsonb FROM keyed") == [({"a": 1, "b": "x"},)]
+
+
+def test_a_nul_character_in_text_is_a_record_error_and_nothing_lands(
+    spark: Any, pg: dict[str, Any]
+) -> None:
+    df = spark.sql("SELECT * FROM VALUES (1, 'ok'), (2, concat('a', char(0), 'b')) AS t(id, s)")
+    with pytest.raises(Exception, match=r"'s' holds a NUL character \(U\+0000\) in row 1"):
+        write(df.coalesce(1), pg, table_name="nul", include_metadata="false")
+    assert query(pg, "SELECT count(*) FROM nul") == [(0,)]
+
+
+def kafka_frame(spark: Any, *values: str | None) -> Any:
+    rows = ", ".join(f"({i}, {'NULL' if v is None else repr(v)})" for i, v in enumerate(values))
+    return spark.sql(
+        f"""SELECT cast(concat('k', i) AS binary) AS key, cast(v AS binary) AS value,
+                   't' AS topic, 0 AS partition, cast(i AS bigint) AS offset,
+                   timestamp_millis(1714521600000 + i) AS timestamp, 0 AS timestampType
+            FROM VALUES {rows} AS t(i, v)"""
+    ).coalesce(1)
+
+
+def test_json_values_evolve_the_table_across_batches(spark: Any, pg: dict[str, Any]) -> None:
+    """Null-only keys add no column; a key's first non-null type makes its column; a later
+    float in an integer column is an error (it cannot be widened in place)."""
+    write(kafka_frame(spark, None, '{"n": null}'), pg, table_name="evolving")
+    write(kafka_frame(spark, '{"n": 1, "s": "x"}'), pg, table_name="evolving")
+    assert column_types(pg, "evolving")["n"] == "bigint"  # its first non-null type
+    with pytest.raises(Exception, match="has type bigint, but the data has double precision"):
+        write(kafka_frame(spark, '{"n": 3.5}'), pg, table_name="evolving")
+    assert sorted(query(pg, "SELECT n, s FROM evolving"), key=repr) == [
+        (1, "x"),
+        (None, None),
+        (None, None),
+    ]
+
+
+def test_json_integers_widen_into_an_existing_double_column(spark: Any, pg: dict[str, Any]) -> None:
+    write(kafka_frame(spark, '{"n": 1.5}'), pg, table_name="widen")
+    write(kafka_frame(spark, '{"n": 2}'), pg, table_name="widen")
+    assert sorted(query(pg, "SELECT n FROM widen")) == [(1.5,), (2.0,)]

@@ -546,3 +546,64 @@ def test_unknown_format_name_lists_the_known_ones() -> None:
         resolve_format("avro")
     assert (info.value.option, info.value.value) == ("format", "avro")
     assert tuple(info.value.allowed or ()) == FORMAT_NAMES == ("json", "parquet", "csv")
+
+
+# ============================================================================= fidelity
+
+
+def test_json_decimals_are_numbers_with_exact_digits_at_every_depth() -> None:
+    kind = pa.struct([("d", pa.decimal128(38, 18)), ("l", pa.list_(pa.decimal128(10, 2)))])
+    value = {
+        "d": decimal.Decimal("-99999999999999999999.999999999999999999"),
+        "l": [decimal.Decimal("1.50"), None],
+    }
+    for array in (pa.array([value], kind), pa.array([value["d"]], pa.decimal128(38, 18))):
+        data = JSONFormat().serialize(values_batch(array))
+        [line] = [json.loads(data, parse_float=decimal.Decimal)]
+        numbers = line["_value"]["x"]
+        assert numbers == (value if pa.types.is_struct(array.type) else value["d"])
+
+
+def test_json_timestamps_read_the_same_at_every_depth() -> None:
+    kind = pa.timestamp("us", "UTC")
+    top = json_values(pa.array([MOMENT], kind))
+    nested = json_values(pa.array([[MOMENT]], pa.list_(kind)))
+    assert nested == [top] == [["2024-05-01T12:30:15.123456Z"]]
+
+
+def test_json_float32_is_its_shortest_text_at_every_depth() -> None:
+    top = json_values(pa.array([0.1], pa.float32()))
+    nested = json_values(pa.array([{"f": 0.1}], pa.struct([("f", pa.float32())])))
+    assert (top, nested) == ([0.1], [{"f": 0.1}])
+
+
+def test_json_map_keys_are_the_text_of_their_json() -> None:
+    kind = pa.map_(pa.int32(), pa.bool_())
+    assert json_values(pa.array([[(1, True), (-2, None)]], kind)) == [{"1": True, "-2": None}]
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        (pa.array([{"a": 1, "b": "x"}], pa.struct([("a", pa.int8()), ("b", pa.string())])), None),
+        (pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int32())), None),
+        (pa.array([[1, None]], pa.list_(pa.int64())), None),
+        (pa.array([MOMENT], pa.timestamp("us", "UTC")), "2024-05-01T12:30:15.123456Z"),
+    ],
+)
+def test_csv_keys_of_any_type_are_written_as_text(key: pa.Array, text: str | None) -> None:
+    table = pa.table({"key": key, "v": [1]})
+    [row] = csv_rows(CSVFormat().serialize(make_batch(table)))
+    if text is None:
+        assert json.loads(row[0]) == key.to_pylist()[0] or json.loads(row[0]) == dict(
+            key.to_pylist()[0]
+        )
+    else:
+        assert row[0] == text
+
+
+def test_csv_custom_key_serializer_keeps_exact_decimal_values() -> None:
+    fmt = CSVFormat(key_serializer=str)
+    table = pa.table({"key": ["k"], "d": pa.array([decimal.Decimal("0.10")], pa.decimal128(5, 2))})
+    [row] = csv_rows(fmt.serialize(make_batch(table)))
+    assert row[1] == '{"d":0.10}'

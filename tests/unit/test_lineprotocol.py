@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 
 import pyarrow as pa
 import pytest
@@ -141,9 +142,9 @@ def test_a_string_time_column_is_an_option_error() -> None:
         timestamps(pa.array(["2024-01-01"]), "ms", name="t")
 
 
-def test_struct_fields_are_an_option_error() -> None:
+def test_struct_values_of_a_field_are_a_record_error() -> None:
     protocol = lp(fields=("st",))
-    with pytest.raises(OptionError, match="cannot be a field"):
+    with pytest.raises(RecordError, match="cannot be a field"):
         protocol.lines({"st": pa.array([{"a": 1}])}, pa.array([1]), 1)
 
 
@@ -175,3 +176,69 @@ def test_token_is_redacted_and_read_from_the_environment(monkeypatch: pytest.Mon
     options = InfluxDB3Options.from_options(BASE)
     assert options.token == "tok-secret"
     assert "tok-secret" not in repr(options)
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+
+@pytest.mark.parametrize("value", ["ends\\", "a\\,b", "a\\ b", "a\\=b", "two\\\\"])
+def test_a_tag_value_with_an_ambiguous_backslash_is_a_record_error(value: str) -> None:
+    with pytest.raises(RecordError, match="backslash") as error:
+        render(lp(tags=("t",), fields=("v",)), {"t": ["ok", value], "v": [1, 2]})
+    assert error.value.row == 1
+
+
+def test_a_backslash_before_an_ordinary_character_passes_through() -> None:
+    lines, _ = render(lp(tags=("t",), fields=("v",)), {"t": ["C:\\temp"], "v": [1]})
+    assert lines == ["m,t=C:\\temp v=1i 1\n"]
+
+
+def test_a_measurement_column_starting_with_a_hash_is_a_record_error() -> None:
+    protocol = lp(measurement=None, measurement_column="kind", fields=("v",))
+    with pytest.raises(RecordError, match="comment"):
+        render(protocol, {"kind": ["#cpu"], "v": [1]})
+
+
+@pytest.mark.parametrize("name", ["#m", "m\\", "a\\ b"])
+def test_a_measurement_option_that_cannot_be_written_is_an_option_error(name: str) -> None:
+    with pytest.raises(OptionError, match="unambiguously"):
+        render(lp(measurement=name, fields=("v",)), {"v": [1]})
+
+
+@pytest.mark.parametrize("precision", ["ns", "us", "ms", "s"])
+def test_a_time_past_2262_is_a_record_error_in_every_precision(precision: str) -> None:
+    late = dt.datetime(2262, 4, 12, tzinfo=dt.timezone.utc)
+    column = pa.array([T0, late], pa.timestamp("us", "UTC"))
+    with pytest.raises(RecordError, match="outside what InfluxDB can store") as error:
+        timestamps(column, precision, name="ts")  # type: ignore[arg-type]
+    assert error.value.row == 1
+
+
+def test_a_time_before_1677_is_a_record_error() -> None:
+    early = dt.datetime(1677, 9, 20, tzinfo=dt.timezone.utc)
+    with pytest.raises(RecordError, match="outside"):
+        timestamps(pa.array([early], pa.timestamp("us", "UTC")), "ns", name="ts")
+
+
+def test_the_last_storable_nanosecond_is_written_exactly() -> None:
+    column = pa.array([2**63 - 1], pa.timestamp("ns", "UTC"))
+    assert timestamps(column, "ns", name="ts").to_pylist() == [2**63 - 1]
+
+
+def test_an_integer_millisecond_time_past_2262_is_a_record_error() -> None:
+    with pytest.raises(RecordError, match="outside"):
+        timestamps(pa.array([9_999_999_999_999], pa.int64()), "ms", name="t")
+
+
+def test_decimals_are_floats_or_exact_strings() -> None:
+    value = pa.array([decimal.Decimal("12345678901234567.891")], pa.decimal128(38, 3))
+    as_float, _ = lp(fields=("d",)).lines({"d": value}, pa.array([1]), 1)
+    as_text, _ = lp(fields=("d",), decimals="string").lines({"d": value}, pa.array([1]), 1)
+    assert as_float.to_pylist() == ["m d=1.2345678901234568e+16 1\n"]
+    assert as_text.to_pylist() == ['m d="12345678901234567.891" 1\n']
+
+
+def test_a_field_null_in_every_row_is_left_out() -> None:
+    protocol = lp(fields=("v", "n"))
+    lines, _ = protocol.lines({"v": pa.array([1]), "n": pa.nulls(1)}, pa.array([1]), 1)
+    assert lines.to_pylist() == ["m v=1i 1\n"]

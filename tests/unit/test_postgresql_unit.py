@@ -213,3 +213,75 @@ def test_every_psycopg2_error_class_translates_to_a_quixsinks_error() -> None:
         assert isinstance(
             translate(cls("x"), "pg"), DestinationError | RetryableError | RecordError
         ), cls
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+
+@pytest.mark.parametrize(
+    ("ours", "existing", "ok"),
+    [
+        ("numeric(10,2)", "numeric(10,4)", False),  # 8 integer digits need room too
+        ("numeric(10,4)", "numeric(12,2)", False),  # would round to 2 places
+        ("numeric(10,2)", "numeric(38,18)", True),
+        ("numeric(38,18)", "numeric", True),
+        ("double precision", "numeric(12,2)", False),  # a float would be rounded
+        ("double precision", "numeric", True),
+        ("integer", "numeric(12,2)", True),
+        ("bigint", "numeric(12,2)", False),
+        ("bigint", "double precision", False),
+    ],
+)
+def test_an_existing_numeric_column_takes_only_values_it_keeps_exactly(
+    ours: str, existing: str, ok: bool
+) -> None:
+    assert compatible(ours, existing) is ok
+
+
+def test_json_integers_may_widen_into_an_existing_double_column() -> None:
+    assert compatible("bigint", "double precision", json_values=True)
+
+
+@pytest.mark.parametrize("option", ["table_name", "schema_name"])
+def test_a_name_postgresql_would_truncate_is_an_option_error(option: str) -> None:
+    with pytest.raises(OptionError, match="63") as error:
+        options(**{option: "é" * 32})  # 64 bytes
+    assert error.value.option == option
+    assert options(**{option: "x" * 63})
+
+
+def test_connect_options_are_secret() -> None:
+    opts = options(connect_options="sslpassword=hunter2-key")
+    assert "hunter2" not in repr(opts)
+    assert "hunter2" not in repr(PostgreSQLSink(opts))
+    assert opts.redacted()["connect_options"] == "***"
+
+
+def test_a_malformed_connect_option_error_never_shows_its_text() -> None:
+    with pytest.raises(OptionError) as error:
+        options(connect_options="password=ok hunter2secret")
+    assert "hunter2secret" not in str(error.value)
+
+
+def test_connect_options_follow_libpq_quoting() -> None:
+    from quixsinks.sinks.postgresql.options import parse_conninfo
+
+    assert parse_conninfo(" a=1  options='-c search_path=app\\'s' b = x ") == {
+        "a": "1",
+        "options": "-c search_path=app's",
+        "b": "x",
+    }
+
+
+def test_a_primary_key_in_no_row_of_a_json_batch_is_a_record_error() -> None:
+    from quixsinks.core.batch import SinkBatch, WriteContext
+    from quixsinks.core.records import RecordSchema
+    from quixsinks.sinks.postgresql.schema import check_not_null
+
+    table = pa.table({"value": pa.array(['{"a": 1}'], pa.string())})
+    batch = SinkBatch(
+        table, RecordSchema.resolve(table.schema, value_format="json"), WriteContext("s", 0)
+    )
+    columns = column_plan(batch.values().schema, None, include_metadata=False)
+    with pytest.raises(RecordError, match="'id' is in no row"):
+        check_not_null(batch, columns, ["id"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import pickle
 from typing import Any
 
@@ -340,3 +341,111 @@ def test_json_strings_that_look_like_dates_stay_strings() -> None:
 def test_json_field_of_changing_type_is_a_record_error() -> None:
     error = parse_error('{"a": 1}', '{"a": "x"}')
     assert error.column == "value"
+
+
+# ----------------------------------------------------------------------------- JSON typing
+# (the union of all rows' keys and types; see "The record model" in docs/index.md)
+
+#: a row of several lines: the batch takes the exact per-row parser
+MULTI_LINE = '{\n"z": 0}'
+
+
+@pytest.mark.parametrize("first", [None, "null", "{}"])
+def test_a_row_without_values_first_drops_no_key(first: str | None) -> None:
+    rows = parse(first, '{"a": 1, "b": "x"}', MULTI_LINE)
+    assert rows[1] == {"a": 1, "b": "x", "z": None}
+    assert rows[0] == {"a": None, "b": None, "z": None}
+
+
+@pytest.mark.parametrize("extra", [(), (MULTI_LINE,)], ids=["fast", "exact"])
+def test_a_key_first_seen_in_a_later_row_is_kept(extra: tuple[str, ...]) -> None:
+    rows = parse('{"a": 1}', '{"a": 2, "late": {"x": [1]}}', *extra)
+    assert [r["late"] for r in rows[:2]] == [None, {"x": [1]}]
+
+
+@pytest.mark.parametrize("extra", [(), (MULTI_LINE,)], ids=["fast", "exact"])
+def test_integers_and_floats_in_one_key_widen_to_float64(extra: tuple[str, ...]) -> None:
+    table = parse_json_objects(pa.array(['{"a": 1}', '{"a": 2.5}', *extra]), "value")
+    assert table.schema.field("a").type == pa.float64()
+    assert table.column("a").to_pylist()[:2] == [1.0, 2.5]
+
+
+@pytest.mark.parametrize("extra", [(), (MULTI_LINE,)], ids=["fast", "exact"])
+def test_date_like_strings_stay_strings_at_every_level(extra: tuple[str, ...]) -> None:
+    row = '{"d": "2024-01-01 10:00:00", "s": {"t": "2024-01-01"}, "l": ["2024-01-01T00:00Z"]}'
+    table = parse_json_objects(pa.array([row, row, *extra]), "value")
+    assert table.schema.field("d").type == pa.string()
+    assert table.to_pylist()[0] == {
+        "d": "2024-01-01 10:00:00",
+        "s": {"t": "2024-01-01"},
+        "l": ["2024-01-01T00:00Z"],
+        **({"z": None} if extra else {}),
+    }
+
+
+@pytest.mark.parametrize(
+    ("rows", "key", "types"),
+    [
+        (['{"a": 1}', '{"a": "x"}'], "a", ("a string", "an integer")),
+        (['{"a": {"b": 1}}', '{"a": 3}'], "a", ("an integer", "an object")),
+        (['{"a": true}', '{"a": 1}'], "a", ("an integer", "a boolean")),
+        (['{"s": {"b": [1]}}', '{"s": {"b": ["x"]}}'], "s.b[]", ("a string", "an integer")),
+    ],
+)
+def test_a_key_of_two_types_is_a_record_error_naming_key_row_and_types(
+    rows: list[str], key: str, types: tuple[str, str]
+) -> None:
+    error = parse_error('{"other": 0}', *rows)
+    assert (error.column, error.row) == ("value", 2)
+    assert f"key {key!r} holds {types[0]}, but row 1 has {types[1]}" in error.message
+
+
+@pytest.mark.parametrize("number", ["9223372036854775808", "-9223372036854775809", "10" * 12])
+def test_an_integer_beyond_64_bits_is_a_record_error_not_a_float(number: str) -> None:
+    error = parse_error('{"a": 1}', '{"a": ' + number + "}")
+    assert error.row == 1
+    assert "does not fit in 64 bits" in error.message
+
+
+def test_the_largest_64_bit_integers_are_exact() -> None:
+    assert parse('{"a": 9223372036854775807}', '{"a": -9223372036854775808}') == [
+        {"a": 2**63 - 1},
+        {"a": -(2**63)},
+    ]
+
+
+def test_a_number_too_large_for_a_double_is_a_record_error() -> None:
+    assert parse_error('{"a": 1.5}', '{"a": 1e400}').row == 1
+
+
+@pytest.mark.parametrize("extra", [(), (MULTI_LINE,)], ids=["fast", "exact"])
+def test_nan_and_infinities_as_python_writes_them_are_floats(extra: tuple[str, ...]) -> None:
+    rows = parse('{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', *extra)
+    values = [r["a"] for r in rows[:3]]
+    assert values[0] != values[0]
+    assert values[1:] == [float("inf"), float("-inf")]
+
+
+def test_a_key_that_is_null_in_every_row_is_a_null_column() -> None:
+    table = parse_json_objects(pa.array(['{"a": null}', "{}"]), "value")
+    assert (table.schema.field("a").type, table.num_rows) == (pa.null(), 2)
+
+
+def test_fast_and_exact_parsers_agree() -> None:
+    rows = [
+        '{"a": 1, "s": {"x": 1.5, "y": [1, 2]}, "t": "2024-01-01"}',
+        None,
+        '{"b": [[1], [2.5]], "s": {"z": "q"}, "a": null}',
+        '{"a": 3, "e": {}, "l": []}',
+    ]
+    fast = parse_json_objects(pa.array(rows), "value")
+    exact = parse_json_objects(pa.array([*rows, MULTI_LINE]), "value").slice(0, len(rows))
+    assert fast.schema == exact.schema.remove(exact.schema.get_field_index("z"))
+    assert fast.to_pylist() == exact.drop_columns(["z"]).to_pylist()
+
+
+@pytest.mark.parametrize(
+    "row", ['{"a": [null, 1, null, 2]}', '{"a": [null, {"x": 1}]}', '{"a": [null, null]}']
+)
+def test_arrays_starting_with_nulls_keep_their_elements_in_place(row: str) -> None:
+    assert parse(row) == [json.loads(row)]

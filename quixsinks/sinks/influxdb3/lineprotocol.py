@@ -5,17 +5,25 @@
 * measurement: commas and spaces escaped; tag keys, tag values and field keys: commas,
   equals signs and spaces escaped; string field values: quoted, with ``"`` and ``\\``
   escaped. A newline in a measurement, tag or field key is a RecordError (the protocol
-  has no escape for it).
+  has no escape for it). So is a backslash in those that a parser could read as an
+  escape: one at the end, or before another backslash, a comma, an equals sign or a
+  space (InfluxDB 1.x and 2.x/3 parsers disagree on ``\\\\``, and 1.x cannot carry a
+  trailing backslash at all); a measurement starting with ``#`` (a comment line) too.
 * tags sorted by key; a null or empty tag value leaves the tag out of that line.
 * fields: integers ``12i`` (unsigned ``12u``), floats, ``true``/``false``, strings;
   a null field is left out; a line with no field at all is counted and not sent.
 * NaN and infinity cannot be written: a RecordError, or, with ``invalid_floats=drop``,
   the field is left out of that line.
-* the timestamp is an integer in the chosen precision.
+* decimals are written as floats (rounded to the nearest double), or, with
+  ``decimal_fields=string``, as string fields with their exact digits.
+* the timestamp is an integer in the chosen precision; a time that InfluxDB cannot
+  store (outside 1677-09-21 .. 2262-04-11, 64-bit nanoseconds) is a RecordError in every
+  precision, never a silent overflow.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -43,6 +51,10 @@ def escape(column: pa.Array, characters: str) -> pa.Array:
     return pc.replace_substring_regex(column, pattern, r"\\\1")
 
 
+#: a backslash that a line-protocol parser could take for an escape
+AMBIGUOUS_BACKSLASH = r"\\([\\,= ]|$)"
+
+
 def _check_no_newline(column: pa.Array, what: str, row_offset: int = 0) -> None:
     row = first_true(pc.match_substring(column, "\n"))
     if row is not None:
@@ -50,13 +62,28 @@ def _check_no_newline(column: pa.Array, what: str, row_offset: int = 0) -> None:
             f"line protocol cannot carry a newline in a {what} (row {row + row_offset})",
             row=row + row_offset,
         )
+    row = first_true(pc.match_substring_regex(column, AMBIGUOUS_BACKSLASH))
+    if row is not None:
+        raise RecordError(
+            f"line protocol cannot carry the {what} {column[row].as_py()!r} (row "
+            f"{row + row_offset}) unambiguously: a backslash at its end, or before a "
+            "backslash, comma, equals sign or space, would be read as an escape; replace "
+            "that backslash (e.g. with '/') before writing",
+            row=row + row_offset,
+        )
 
 
-def _as_text(column: pa.Array) -> pa.Array:
+def _as_text(column: pa.Array, name: str = "") -> pa.Array:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
+    if pa.types.is_nested(column.type):
+        raise RecordError(
+            f"influxdb3: {name!r} holds {column.type} values, which cannot be a tag or a "
+            "measurement; use a column or JSON key of text or numbers",
+            column=name or None,
+        )
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         from quixsinks.core.formats import decode_utf8
 
@@ -87,12 +114,18 @@ def field_pieces(
     ints_to_floats: bool,
     invalid_floats: Literal["error", "drop"],
     name: str,
+    decimals: Literal["float", "string"] = "float",
 ) -> list[Any]:
     """Pieces (arrays and literals) whose row-wise concatenation is each field value
     (null where the field is left out); kept apart so a line is built in one join."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    if pa.types.is_null(column.type):  # a JSON key null in every row: left out
+        return [pa.nulls(len(column), pa.string())]
     kind = field_kind(column.type)
+    if pa.types.is_decimal(column.type) and decimals == "string":
+        text = pc.cast(column, pa.string())
+        return [pc.binary_join_element_wise('"', text, '"', "")]
     if kind in ("int", "uint") and ints_to_floats:
         kind = "float"
         column = pc.cast(column, pa.float64())
@@ -125,12 +158,32 @@ def field_pieces(
             text = json_column(column)
             return [pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), text)]
         return ['"', escape(_as_text(column), '\\"'), '"']
-    raise OptionError(
-        f"influxdb3: column {name!r} has type {column.type}, which cannot be a field; "
-        "flatten it or serialise it to a string first",
-        option="fields_keys",
-        value=name,
+    raise RecordError(
+        f"influxdb3: {name!r} holds {column.type} values, which cannot be a field; flatten "
+        "it or serialise it to a string first, or leave it out with fields_keys",
+        column=name,
     )
+
+
+#: nanoseconds per unit, and the 64-bit nanosecond range InfluxDB stores times in
+_NANOS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+_NS_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _check_storable(values: pa.Array, unit: str, name: str) -> None:
+    """RecordError for a time outside InfluxDB's 64-bit nanosecond range."""
+    per = _NANOS[unit]
+    low, high = -(-_NS_RANGE[0] // per), _NS_RANGE[1] // per
+    outside = pc.or_(pc.less(values, low), pc.greater(values, high))
+    row = first_true(outside)
+    if row is not None:
+        raise RecordError(
+            f"time {values[row].as_py()} ({unit}) in column {name!r} (row {row}) is outside "
+            "what InfluxDB can store (1677-09-21 to 2262-04-11, 64-bit nanoseconds); "
+            "correct or filter such rows before writing",
+            column=name,
+            row=row,
+        )
 
 
 def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array:
@@ -140,6 +193,7 @@ def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array
         column = column.combine_chunks()
     t = column.type
     if pa.types.is_timestamp(t):
+        _check_storable(pc.cast(column, pa.int64()), t.unit, name)
         unit_rank = ["s", "ms", "us", "ns"]
         if unit_rank.index(t.unit) > unit_rank.index(precision):
             column = pc.floor_temporal(column, unit=_TEMPORAL[precision])
@@ -156,6 +210,7 @@ def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array
                 column=name,
                 row=row,
             )
+        _check_storable(pc.cast(column, pa.int64()), precision, name)
         return pc.cast(column, pa.int64())
     raise OptionError(
         f"influxdb3: time column {name!r} has type {t}; it must be a timestamp or an integer "
@@ -176,6 +231,7 @@ class LineProtocol:
     precision: Precision = "ms"
     ints_to_floats: bool = False
     invalid_floats: Literal["error", "drop"] = "error"
+    decimals: Literal["float", "string"] = "float"
 
     def lines(
         self,
@@ -186,7 +242,7 @@ class LineProtocol:
         """The lines (string array, each ending in a newline) and the count of rows skipped
         for having no field. ``columns`` maps tag and field names to their arrays."""
         if self.measurement_column is not None:
-            names = _as_text(columns[self.measurement_column])
+            names = _as_text(columns[self.measurement_column], self.measurement_column)
             if names.null_count or pc.any(pc.equal(names, "")).as_py():
                 raise RecordError(
                     f"column {self.measurement_column!r} (measurement_column) is null or empty "
@@ -194,12 +250,20 @@ class LineProtocol:
                     column=self.measurement_column,
                 )
             _check_no_newline(names, "measurement")
+            row = first_true(pc.starts_with(names, "#"))
+            if row is not None:
+                raise RecordError(
+                    f"the measurement {names[row].as_py()!r} (row {row}) starts with '#', which "
+                    "makes its line a comment; rename it",
+                    column=self.measurement_column,
+                    row=row,
+                )
             pieces: list[object] = [escape(names, ", ")]
         else:
             assert self.measurement is not None
-            pieces = [self.measurement.replace(",", "\\,").replace(" ", "\\ ")]
+            pieces = [_escape_literal(self.measurement, ", ", starts_line=True)]
         for tag in sorted(self.tags):
-            text = _as_text(columns[tag])
+            text = _as_text(columns[tag], tag)
             _check_no_newline(text, f"tag value of {tag!r}")
             key = "," + _escape_literal(tag) + "="
             escaped = escape(text, ",= ")
@@ -224,6 +288,7 @@ class LineProtocol:
                 ints_to_floats=self.ints_to_floats,
                 invalid_floats=self.invalid_floats,
                 name=name,
+                decimals=self.decimals,
             )
             for name in self.fields
         ]
@@ -259,10 +324,25 @@ class LineProtocol:
         return line, int(skipped)
 
 
-def _escape_literal(name: str) -> str:
+def _escape_literal(name: str, characters: str = ",= ", *, starts_line: bool = False) -> str:
+    """A measurement, tag key or field key name, escaped; OptionError where it cannot be.
+
+    A leading '#' matters only at the start of a line (the measurement): there it makes
+    the line a comment.
+    """
     if "\n" in name:
         raise OptionError(f"influxdb3: the name {name!r} contains a newline", value=name)
-    return name.replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
+    if re.search(AMBIGUOUS_BACKSLASH, name) or (starts_line and name.startswith("#")):
+        raise OptionError(
+            f"influxdb3: the name {name!r} cannot be written unambiguously in line protocol "
+            "(a backslash at its end or before a backslash, comma, equals sign or space"
+            + (", or a leading '#'" if starts_line else "")
+            + "); rename it",
+            value=name,
+        )
+    for character in characters:
+        name = name.replace(character, "\\" + character)
+    return name
 
 
 def check_names(tags: Sequence[str], fields: Sequence[str]) -> None:

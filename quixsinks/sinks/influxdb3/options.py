@@ -51,6 +51,10 @@ class InfluxDB3Options(CommonOptions):
     invalid_floats: Literal["error", "drop"] = option(
         "error", doc="NaN or infinity in a field: fail the batch, or leave the field out"
     )
+    decimal_fields: Literal["float", "string"] = option(
+        "float",
+        doc="Decimal fields: float (rounded to the nearest double) or string (exact digits)",
+    )
     batch_size: int = option(
         1000, minimum=1, doc="Lines per write request (the vendor advises about 10,000)"
     )

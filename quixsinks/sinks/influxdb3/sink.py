@@ -170,10 +170,21 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
                 option="time_key",
                 value=self.time_column,
             )
-        tags = [t for t in opts.tags_keys if t in names]
-        absent_tags = [t for t in opts.tags_keys if t not in names]
-        if absent_tags:
-            self.logger.warning("tag columns %s are not in the DataFrame: skipped", absent_tags)
+        if records.value_json:
+            tags = list(opts.tags_keys)  # JSON keys or DataFrame columns, resolved per batch
+        else:
+            tags = [t for t in opts.tags_keys if t in names]
+            absent_tags = [t for t in opts.tags_keys if t not in names]
+            if absent_tags:
+                self.logger.warning("tag columns %s are not in the DataFrame: skipped", absent_tags)
+            for tag in tags:
+                if pa.types.is_nested(schema.field(tag).type):
+                    raise OptionError(
+                        f"influxdb3: tag column {tag!r} has type {schema.field(tag).type}, which "
+                        "cannot be a tag; use a column of text or numbers",
+                        option="tags_keys",
+                        value=tag,
+                    )
         self.metadata_tags = {}
         if opts.include_metadata_tags:
             for tag, column in (
@@ -224,6 +235,7 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             precision=opts.time_precision,
             ints_to_floats=opts.convert_ints_to_floats,
             invalid_floats=opts.invalid_floats,
+            decimals=opts.decimal_fields,
         )
 
     def preflight(self) -> None:
@@ -278,10 +290,8 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         assert self.time_column is not None
         protocol = self.protocol
         values = batch.values()
-        if self.records is not None and self.records.value_json and not protocol.fields:
-            taken = {protocol.measurement_column, *protocol.tags}
-            fields = tuple(n for n in values.column_names if n not in taken)
-            protocol = dataclasses.replace(protocol, fields=fields)
+        if self.records is not None and self.records.value_json:
+            protocol = self._json_protocol(protocol, values, batch)
         columns: dict[str, pa.Array] = {}
         for name in (*protocol.tags, *protocol.fields, protocol.measurement_column):
             if name is None or name in columns:
@@ -290,8 +300,10 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
                 columns[name] = batch.column(self.metadata_tags[name])
             elif name in values.column_names:
                 columns[name] = values.column(name).combine_chunks()
-            else:
+            elif name in batch.table.column_names:
                 columns[name] = batch.column(name)
+            else:  # a tag that no row of this batch has: left out of every line
+                columns[name] = pa.nulls(batch.num_rows, pa.string())
         times = timestamps(
             batch.column(self.time_column), self.options.time_precision, name=self.time_column
         )
@@ -308,6 +320,28 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             if not sent:
                 batch.count("skipped_retention", len(chunk))
         batch.count("points", len(lines))
+
+    def _json_protocol(
+        self, protocol: LineProtocol, values: pa.Table, batch: SinkBatch
+    ) -> LineProtocol:
+        """The fields of a batch of JSON values: ``fields_keys``, or every key that is not
+        a tag; a ``fields_keys`` entry that no row of the batch has is a RecordError unless
+        allow_missing_fields."""
+        present = set(values.column_names) | set(batch.table.column_names)
+        if protocol.fields:
+            missing = [f for f in protocol.fields if f not in present]
+            if missing and not self.options.allow_missing_fields:
+                raise RecordError(
+                    f"influxdb3: fields_keys {', '.join(map(repr, missing))} in no row of this "
+                    f"batch's JSON values (keys: {', '.join(values.column_names) or 'none'}); "
+                    "set allow_missing_fields=true to write the points without them",
+                    column=missing[0],
+                )
+            fields = tuple(f for f in protocol.fields if f in present)
+        else:
+            taken = {protocol.measurement_column, *protocol.tags}
+            fields = tuple(n for n in values.column_names if n not in taken)
+        return dataclasses.replace(protocol, fields=fields)
 
     def _send(self, body: bytes) -> bool:
         """One request; False when the server dropped it for its retention period."""

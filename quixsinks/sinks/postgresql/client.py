@@ -34,7 +34,7 @@ from quixsinks.core.errors import (
     RetryableError,
 )
 
-from .options import PostgreSQLOptions
+from .options import PostgreSQLOptions, parse_conninfo
 
 __all__ = ["connect", "describe", "import_psycopg2", "translate"]
 
@@ -110,15 +110,24 @@ def connect(options: PostgreSQLOptions) -> Any:
         "connect_timeout": options.connection_timeout_seconds,
         "sslmode": options.sslmode,
         "application_name": "quixsinks",
-        # UTC sessions: timestamps are sent as naive UTC text (much faster to produce)
-        "options": f"-c statement_timeout={options.statement_timeout_seconds * 1000} "
-        "-c timezone=UTC",
     }
     if options.password is not None:
         params["password"] = options.password
-    for part in options.connect_options.split():
-        key, _, value = part.partition("=")
-        params[key] = value
+    extra = parse_conninfo(options.connect_options)
+    # UTC sessions: timestamps are sent as naive UTC text (much faster to produce). The
+    # user's own `options` come first, ours last, so that no setting of theirs can shift
+    # the session's time zone (the later -c wins).
+    user_options = extra.pop("options", "")
+    params.update(extra)
+    params["options"] = " ".join(
+        part
+        for part in (
+            f"-c statement_timeout={options.statement_timeout_seconds * 1000}",
+            user_options,
+            "-c timezone=UTC",
+        )
+        if part
+    )
     try:
         return psycopg2.connect(**params)
     except psycopg2.Error as exc:

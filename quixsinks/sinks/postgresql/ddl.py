@@ -117,6 +117,7 @@ def ensure_table(
     *,
     primary_key_columns: Sequence[str],
     auto_update: bool,
+    json_values: bool = False,
 ) -> list[Column]:
     """Make the target able to take ``columns``.
 
@@ -154,11 +155,14 @@ def ensure_table(
     else:
         missing = [c for c in columns if c.name not in existing]
         for col in columns:
-            if col.name in existing and not compatible(col.pg_type, existing[col.name]):
+            if col.name in existing and not compatible(
+                col.pg_type, existing[col.name], json_values=json_values
+            ):
                 raise OptionError(
                     f"postgresql: column {col.name!r} of table {table} has type "
-                    f"{existing[col.name]}, but the data has {col.pg_type}; cast the column in "
-                    "Spark or write to another table (existing columns are never altered)",
+                    f"{existing[col.name]}, but the data has {col.pg_type}, which it cannot take "
+                    "without loss; cast the column in Spark, widen the table's column (ALTER "
+                    "TABLE), or write to another table (existing columns are never altered)",
                     option="table_name",
                     value=str(table),
                 )

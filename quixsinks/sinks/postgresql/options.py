@@ -9,7 +9,9 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import option
 from quixsinks.core.sink import LedgerOptions
 
-__all__ = ["PostgreSQLOptions"]
+from .schema import identifier_problem
+
+__all__ = ["PostgreSQLOptions", "parse_conninfo"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +58,11 @@ class PostgreSQLOptions(LedgerOptions):
         "prefer", doc="libpq sslmode"
     )
     connect_options: str = option(
-        "", doc="More libpq parameters, 'key=value key=value' (e.g. sslrootcert=/ca.pem)"
+        "",
+        secret=True,
+        doc="More libpq parameters, 'key=value key=value' (libpq conninfo syntax, values may "
+        "be single-quoted, e.g. options='-c search_path=app'); an `options` value is merged "
+        "with the sink's own (its sessions always run with timezone=UTC)",
     )
     max_connections_per_executor: int = option(
         4, minimum=1, doc="Connections the tasks of one executor machine open to the server at once"
@@ -79,10 +85,62 @@ class PostgreSQLOptions(LedgerOptions):
                 "'upsert_on_primary_key' needs 'primary_key_columns'",
                 option="primary_key_columns",
             )
-        for part in self.connect_options.split():
-            key, sep, _ = part.partition("=")
-            if not sep or not key:
+        for name, value in (("table_name", self.table_name), ("schema_name", self.schema_name)):
+            problem = identifier_problem(value) if value is not None else None
+            if problem:
                 raise OptionError(
-                    f"option 'connect_options': {part.split('=')[0]!r} is not key=value",
-                    option="connect_options",
+                    f"postgresql: option {name!r}: {problem}; choose a shorter name",
+                    option=name,
+                    value=value,
                 )
+        parse_conninfo(self.connect_options)
+
+
+def parse_conninfo(text: str) -> dict[str, str]:
+    """``key=value`` pairs in libpq's conninfo syntax (values may be single-quoted, with
+    backslash escapes). OptionError, never showing a value (it may hold a password)."""
+    params: dict[str, str] = {}
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            return params
+        start = i
+        while i < n and text[i] != "=" and not text[i].isspace():
+            i += 1
+        key = text[start:i]
+        while i < n and text[i].isspace():
+            i += 1
+        if not key or i >= n or text[i] != "=":
+            raise OptionError(
+                f"option 'connect_options': entry {len(params) + 1} is not key=value (the "
+                "value is not shown: it may be secret)",
+                option="connect_options",
+                value="***",
+            )
+        i += 1
+        while i < n and text[i].isspace():
+            i += 1
+        value: list[str] = []
+        if i < n and text[i] == "'":
+            i += 1
+            while i < n and text[i] != "'":
+                if text[i] == "\\" and i + 1 < n:
+                    i += 1
+                value.append(text[i])
+                i += 1
+            if i >= n:
+                raise OptionError(
+                    f"option 'connect_options': the value of {key!r} has no closing quote",
+                    option="connect_options",
+                    value="***",
+                )
+            i += 1
+        else:
+            while i < n and not text[i].isspace():
+                if text[i] == "\\" and i + 1 < n:
+                    i += 1
+                value.append(text[i])
+                i += 1
+        params[key] = "".join(value)

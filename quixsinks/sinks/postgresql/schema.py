@@ -19,6 +19,13 @@ timestamp_ntz               timestamp without time zone
 array, map, struct          jsonb
 ==========================  ===========================
 
+An existing column takes our values only where nothing is lost: a ``numeric(p,s)``
+column takes decimals and integers that fit its precision and scale (never floats,
+which it would round), an unconstrained ``numeric`` anything numeric. With JSON values
+an integer key may also go into an existing ``double precision`` column (the widening
+of integers and floats in one key, as within a batch). Text cannot hold NUL (U+0000) in
+PostgreSQL: a string or JSON value containing one is a RecordError.
+
 Every identifier goes through ``psycopg2.sql.Identifier``; no name is ever pasted
 into SQL text.
 """
@@ -32,13 +39,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null
+from quixsinks.core.arrow import first_null, first_true
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.formats import json_column
 
 __all__ = [
     "LEDGER_TABLE",
+    "MAX_IDENTIFIER_BYTES",
     "ROW_COLUMN",
     "STAGING_REGISTRY",
     "Column",
@@ -53,6 +61,8 @@ __all__ = [
 LEDGER_TABLE = "_quixsinks_ledger"
 #: every staging table and when it was made: the commit sweeps abandoned ones
 STAGING_REGISTRY = "_quixsinks_staging"
+#: PostgreSQL truncates longer names (NAMEDATALEN - 1), so two long names can collide
+MAX_IDENTIFIER_BYTES = 63
 #: row order within a staging table (upsert only: the last row of a key wins)
 ROW_COLUMN = "__qs_row"
 METADATA_TIMESTAMP = "timestamp"
@@ -113,11 +123,41 @@ _ACCEPTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def compatible(ours: str, existing: str) -> bool:
-    """Whether an existing column of type ``existing`` takes the values we write."""
+#: decimal digits an integer type needs
+_INTEGER_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}
+
+
+def _numeric_spec(pg: str) -> tuple[int, int] | None:
+    """(precision, scale) of ``numeric(p,s)``; None for an unconstrained numeric."""
+    if "(" not in pg:
+        return None
+    inner = pg.split("(", 1)[1].rstrip(")").split(",")
+    precision = int(inner[0])
+    return precision, int(inner[1]) if len(inner) > 1 else 0
+
+
+def compatible(ours: str, existing: str, *, json_values: bool = False) -> bool:
+    """Whether an existing column of type ``existing`` takes the values we write, losslessly."""
     base = ours.split("(")[0]
     existing_base = existing.split("(")[0]
-    return existing_base in _ACCEPTS.get(base, (base,))
+    accepted = _ACCEPTS.get(base, (base,))
+    if json_values and base in _INTEGER_DIGITS:
+        accepted = (*accepted, "double precision")
+    if existing_base not in accepted:
+        return False
+    if existing_base == "numeric":
+        target = _numeric_spec(existing)
+        if target is None:
+            return True
+        if base == "numeric":
+            source = _numeric_spec(ours)
+            return source is None or (
+                source[1] <= target[1] and source[0] - source[1] <= target[0] - target[1]
+            )
+        if base in _INTEGER_DIGITS:
+            return _INTEGER_DIGITS[base] <= target[0] - target[1]
+        return False  # a float would be rounded to the column's scale
+    return True
 
 
 @dataclass(frozen=True)
@@ -167,6 +207,21 @@ class TableSchema:
         return f"{self.schema}.{self.name}"
 
 
+def identifier_problem(name: str) -> str | None:
+    """Why PostgreSQL would not keep ``name`` as given, or None."""
+    size = len(name.encode("utf-8"))
+    if size > MAX_IDENTIFIER_BYTES:
+        return (
+            f"{name[:20]!r}... is {size} bytes long; PostgreSQL keeps only the first "
+            f"{MAX_IDENTIFIER_BYTES}, so two such names could name one table"
+        )
+    if not name:
+        return "the name is empty"
+    if "\x00" in name:
+        return f"{name!r} contains a NUL character"
+    return None
+
+
 def _digest(text: str, length: int) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:length]
 
@@ -191,16 +246,40 @@ def stage_batch(name: str, sink_id: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _sql_text(column: pa.Array, pg: str) -> pa.Array:
+#: a JSON text escape of NUL (an even run of backslashes before it is not an escape)
+_JSON_NUL = r"(^|[^\\])(\\\\)*\\u0000"
+
+
+def _check_no_nul(text: pa.Array, name: str, pattern: str | None = None) -> None:
+    if pattern is None:
+        found = pc.match_substring(text, "\x00")
+    else:
+        found = pc.match_substring_regex(text, pattern)
+    row = first_true(found)
+    if row is not None:
+        raise RecordError(
+            f"postgresql: column {name!r} holds a NUL character (U+0000) in row {row}, which "
+            "PostgreSQL text and jsonb cannot store; remove it, or write the value as binary",
+            column=name,
+            row=row,
+        )
+
+
+def _sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
     """A column as COPY (CSV) will read it for a column of type ``pg``."""
     t = column.type
-    if pg == "jsonb":
-        return pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
+    if pg in ("jsonb", "json") or pa.types.is_nested(t):
+        text = pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
+        _check_no_nul(text, name, _JSON_NUL if pg in ("jsonb", "json") else None)
+        return text
     if pg == "bytea":
         hexed = [None if v is None else "\\x" + bytes(v).hex() for v in column.to_pylist()]
         return pa.array(hexed, pa.string())
     if pa.types.is_dictionary(t):
-        return column.dictionary_decode()
+        return _sql_text(column.dictionary_decode(), pg, name)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        _check_no_nul(column, name)
+        return column
     if pa.types.is_timestamp(t) and t.tz:
         # the same instant without its zone: Arrow writes naive timestamps to CSV much
         # faster, and the sink's sessions run with timezone=UTC
@@ -231,7 +310,7 @@ def copy_table(
             array = values.column(col.name).combine_chunks()
         if rows is not None:
             array = array.take(rows)
-        out[col.name] = _sql_text(array, col.pg_type)
+        out[col.name] = _sql_text(array, col.pg_type, col.name)
     if first_row is not None:
         n = batch.num_rows if rows is None else len(rows)
         out[ROW_COLUMN] = pa.array(range(first_row, first_row + n), pa.int64())
@@ -242,7 +321,13 @@ def check_not_null(batch: SinkBatch, columns: Sequence[Column], required: Sequen
     """Raise RecordError for a null in a primary key column."""
     by_name = {c.name: c for c in columns}
     for name in required:
-        col = by_name[name]
+        col = by_name.get(name)
+        if col is None:
+            raise RecordError(
+                f"postgresql: primary key column {name!r} is in no row of this batch (its "
+                f"columns: {', '.join(by_name)}); every row needs its primary key",
+                column=name,
+            )
         if col.source == "timestamp":
             array = batch.timestamps_ms()
         elif col.source == "key":

@@ -39,7 +39,7 @@ import pyarrow.csv as pa_csv
 from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, MachineSlots, client_key
-from quixsinks.core.errors import OptionError, QuixSinksError
+from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import fence_owners
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
@@ -55,6 +55,7 @@ from .schema import (
     check_not_null,
     column_plan,
     copy_table,
+    identifier_problem,
     stage_batch,
     stage_prefix,
     stage_table_name,
@@ -163,6 +164,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 columns,
                 primary_key_columns=self.options.primary_key_columns,
                 auto_update=self.options.schema_auto_update,
+                json_values=self.columns is None,
             )
             cur.connection.commit()
             _ENSURED[key] = typed
@@ -237,8 +239,11 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         columns = self.columns
         if columns is None:  # JSON values: the columns are known only now
             key_type = batch.keys().type if self.records and self.records.key else None
+            values = batch.values().schema
+            # a key null in every row adds no column (its type is not known yet)
+            values = pa.schema([f for f in values if not pa.types.is_null(f.type)])
             columns = column_plan(
-                batch.values().schema,
+                values,
                 key_type,
                 include_metadata=opts.include_metadata,
                 exclude=self.exclude,
@@ -269,7 +274,25 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         if self.options.table_name is not None:
             return [(self.options.table_name, None)]
         assert self.options.table_name_column is not None
-        names = batch.column(self.options.table_name_column)
+        column_name = self.options.table_name_column
+        names = batch.column(column_name)
+        if pa.types.is_binary(names.type) or pa.types.is_large_binary(names.type):
+            try:
+                names = pc.cast(names, pa.string())
+            except pa.ArrowInvalid:
+                raise RecordError(
+                    f"postgresql: 'table_name_column' {column_name!r} holds bytes that are not "
+                    "UTF-8 text; table names must be text",
+                    column=column_name,
+                ) from None
+        elif pa.types.is_nested(names.type):
+            raise RecordError(
+                f"postgresql: 'table_name_column' {column_name!r} has type {names.type}; it "
+                "must hold text (cast it to string in Spark)",
+                column=column_name,
+            )
+        else:
+            names = pc.cast(names, pa.string())
         row = first_null(names)
         if row is not None:
             raise QuixSinksError(
@@ -279,7 +302,15 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         out = []
         for name in pc.unique(names).to_pylist():
             rows = pc.indices_nonzero(pc.equal(names, name))
-            out.append((str(name), rows))
+            problem = identifier_problem(name)
+            if problem:
+                raise RecordError(
+                    f"postgresql: 'table_name_column' {column_name!r} names a table PostgreSQL "
+                    f"cannot keep as given in row {rows[0].as_py()}: {problem}",
+                    column=column_name,
+                    row=rows[0].as_py(),
+                )
+            out.append((name, rows))
         return out
 
     def _copy(
