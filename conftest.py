@@ -10,6 +10,9 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+# session-scoped test servers of the object stores (s3_server, azurite, gcs_server)
+pytest_plugins = ["tests.services.fixtures_objectstores"]
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
