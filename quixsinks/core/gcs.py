@@ -208,12 +208,9 @@ class GCSDestination(Destination):
         if self._service_account_info is not None:
             from google.oauth2 import service_account
 
-            try:
-                credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
-                    self._service_account_info, scopes=_SCOPES
-                )
-            except (ValueError, KeyError, TypeError):
-                raise _bad_service_account("is not a usable service account key") from None
+            credentials = _service_account_credentials(service_account, self._service_account_info)
+            if credentials is None:  # raised here, not in the except: see _parse_...
+                raise _bad_service_account("is not a usable service account key")
             project = project or self._service_account_info.get("project_id")
         elif self._emulator():
             credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
@@ -232,7 +229,13 @@ class GCSDestination(Destination):
             project = project or default_project
         # without an endpoint the SDK reads STORAGE_EMULATOR_HOST itself
         options = {"api_endpoint": self.endpoint} if self.endpoint else None
-        return storage.Client(project=project, credentials=credentials, client_options=options)
+        client = storage.Client(project=project, credentials=credentials, client_options=options)
+        # Newer SDKs fetch each bucket's metadata in a background thread, for tracing
+        # attributes only: one more request per bucket and process, which needs
+        # storage.buckets.get (a writer's role may lack it). Not wanted on executors.
+        if getattr(client, "_bucket_metadata_cache", None) is not None:
+            client._bucket_metadata_cache = None
+        return client
 
     def _bucket(self) -> Any:
         return self._client().bucket(self.bucket)
@@ -516,21 +519,22 @@ def _not_found() -> type[Exception]:
 
 
 def _parse_service_account(text: str) -> dict[str, Any]:
-    """The key's fields, from JSON text or a key file; OptionError (never echoing it)."""
-    source = text.strip()
-    if not source.startswith("{"):
+    """The key's fields, from JSON text or a key file; OptionError (never echoing it).
+
+    No error is raised while handling another: the parser's own exception (which holds
+    the text) must not ride along as ``__context__``.
+    """
+    source: str | None = text.strip()
+    if source is not None and not source.startswith("{"):
         path = os.path.expanduser(source)
         if len(source) > 4096 or "\n" in source or not os.path.isfile(path):
             raise _bad_service_account("is neither JSON text nor the path of a readable file")
-        try:
-            with open(path, encoding="utf-8") as f:
-                source = f.read()
-        except (OSError, UnicodeDecodeError):
-            raise _bad_service_account("names a file that cannot be read") from None
-    try:
-        info = json.loads(source)
-    except ValueError:
-        raise _bad_service_account("is not valid JSON") from None
+        source = _read_text(path)
+        if source is None:
+            raise _bad_service_account("names a file that cannot be read")
+    info = _json_or_none(source)
+    if info is None:
+        raise _bad_service_account("is not valid JSON")
     if not isinstance(info, dict):
         raise _bad_service_account("is not a JSON object")
     missing = [f for f in ("client_email", "private_key", "token_uri") if not info.get(f)]
@@ -540,6 +544,28 @@ def _parse_service_account(text: str) -> dict[str, Any]:
             "client_email, private_key and token_uri)"
         )
     return info
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _json_or_none(text: str | None) -> Any:
+    try:
+        return json.loads(text or "")
+    except ValueError:
+        return None
+
+
+def _service_account_credentials(module: Any, info: dict[str, Any]) -> Any:
+    try:
+        return module.Credentials.from_service_account_info(info, scopes=_SCOPES)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _bad_service_account(what: str) -> OptionError:

@@ -83,6 +83,8 @@ class GCSFront:
         self.tokens: dict[str, tuple[str, bool]] = {}  # token -> (email, read_only)
         self.faults: list[_Fault] = []
         self.requests_seen = 0
+        self.list_pages = 0  # objects.list pages served
+        self.methods_seen: list[str] = []  # "METHOD path" of every storage request, in order
         self._lock = threading.Lock()  # state above
         self._write_lock = threading.Lock()  # serialises writes: precondition + write atomic
         self._uploads: dict[str, tuple[str, str, str]] = {}  # upload_id -> bucket, name, gen
@@ -225,6 +227,9 @@ def _error(code: int, message: str, reason: str) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without this, Nagle's algorithm and the
+    # client's delayed ACK add 40 ms to every answer
+    disable_nagle_algorithm = True
     front: GCSFront
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -300,6 +305,8 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path == "/" and method == "GET":  # health check
             return self._send(200, b"OK")
 
+        with front._lock:
+            front.methods_seen.append(f"{method} {parts.path}")
         read_only = self._authenticate()
         if read_only is None:
             return None
@@ -373,6 +380,8 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             return self._send(status, data, headers)
         listing = json.loads(data)
+        with self.front._lock:
+            self.front.list_pages += 1
         items = sorted(listing.get("items") or [], key=lambda item: item["name"])
         if after is not None:
             items = [item for item in items if item["name"] > after]
