@@ -1,0 +1,607 @@
+"""Google Cloud Storage as a :class:`~quixsinks.core.destinations.Destination`.
+
+Keys live under ``gs://<bucket>/<prefix>/``. How the commit protocol's primitives map to GCS:
+
+* ``create_exclusive``: one single-request upload with ``ifGenerationMatch=0``; GCS
+  answers 412 when the object exists, and an object becomes visible only once its
+  upload is complete;
+* ``move``: a server-side rewrite (looped for large objects), then a delete of the source;
+* ``delete``: JSON API batches of at most 100 deletes; 404s are ignored;
+* ``list``: ``objects.list`` pages of 1,000 names, followed to the end;
+* ``write_with``: the output is buffered up to 8 MiB; a smaller one is sent in one
+  request, a larger one as a resumable upload in 8 MiB chunks (bounded memory).
+
+Credentials: ``service_account_json`` (the JSON text, or the path of a key file) or
+Google's default credentials. ``endpoint`` (or the ``STORAGE_EMULATOR_HOST`` environment
+variable) points at an emulator; without a service account the requests are then
+anonymous. Secrets never appear in ``repr``, logs or error messages.
+
+Every SDK error is translated in :meth:`GCSDestination._translate`: missing bucket ->
+:class:`GCSBucketNotFoundError`, refused or missing credentials ->
+:class:`GCSBucketAccessDeniedError`, throttling (429) and service errors (5xx) ->
+:class:`RetryableError` (:class:`SinkBackpressureError` when the service sends
+``Retry-After``), anything else -> :class:`DestinationError`. The SDK's own retries are
+limited to dropped connections on metadata calls, with a short deadline, and uploads are
+not retried by the SDK at all, so that the sink's RetryPolicy decides.
+
+The SDK (``google-cloud-storage``, the ``gcs`` extra) is imported only when a client is
+first needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import hashlib
+import io
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, NoReturn
+
+from .clients import ClientCache
+from .destinations import Destination
+from .errors import (
+    DestinationError,
+    DestinationNotFoundError,
+    GCSBucketAccessDeniedError,
+    GCSBucketNotFoundError,
+    MissingDependencyError,
+    OptionError,
+    QuixSinksError,
+    RetryableError,
+    SinkBackpressureError,
+)
+
+__all__ = ["GCSDestination"]
+
+_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
+#: Bucket names: 3-63 characters (up to 222 with dots), lowercase letters, digits, -_.
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+_CLIENTS: ClientCache[Any] = ClientCache("gcs clients", lambda client: client.close())
+
+
+def _close_quietly(writer: Any) -> None:
+    with contextlib.suppress(Exception):
+        writer.terminate()
+
+
+class GCSDestination(Destination):
+    """A bucket (and a prefix in it) on Google Cloud Storage.
+
+    Args:
+        bucket: the bucket's name; it must exist.
+        prefix: keys are written under ``<prefix>/`` (no leading or trailing ``/`` needed).
+        project: the project for the client (default: the service account's, or the
+            default credentials').
+        service_account_json: a service account key, as JSON text or as the path of a
+            key file (secret). Without it, Google's default credentials are used.
+        endpoint: the URL of an emulator (``http://127.0.0.1:9023``); requests are then
+            anonymous unless a service account is given. ``STORAGE_EMULATOR_HOST`` does the
+            same when no endpoint is given.
+    """
+
+    #: bytes kept in memory by ``write_with``: smaller outputs go in one request, larger
+    #: ones as a resumable upload in chunks of this size (a multiple of 256 KiB)
+    CHUNK_SIZE = 8 * 1024 * 1024
+    #: deletes per JSON API batch request (the service's limit is 100)
+    DELETE_BATCH = 100
+    #: objects per list page (the service's maximum)
+    PAGE_SIZE = 1000
+    CONNECT_TIMEOUT = 5.0
+    READ_TIMEOUT = 60.0
+    #: how long the SDK may retry a dropped connection on a metadata call (seconds)
+    SDK_RETRY_DEADLINE = 10.0
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        project: str | None = None,
+        service_account_json: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        if not _BUCKET_NAME.match(bucket or ""):
+            raise OptionError(
+                f"invalid GCS bucket name {bucket!r}: 3 to 63 lowercase letters, digits, "
+                "'-', '_' or '.', starting and ending with a letter or digit",
+                option="path",
+                value=bucket,
+                allowed="a GCS bucket name",
+            )
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.project = project
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self._service_account_json = service_account_json
+        self._service_account_info = (
+            _parse_service_account(service_account_json) if service_account_json else None
+        )
+
+    @classmethod
+    def from_url(cls, url: str, **credentials: Any) -> GCSDestination:
+        """A destination for ``gs://bucket/prefix``; ``credentials`` are the keyword
+        arguments of the constructor (``project``, ``service_account_json``, ``endpoint``)."""
+        scheme, sep, rest = url.partition("://")
+        bucket, _, prefix = rest.partition("/")
+        if not sep or scheme.lower() != "gs" or not bucket:
+            raise OptionError(
+                f"option 'path': {url!r} is not a GCS URL; write gs://<bucket>/<prefix>",
+                option="path",
+                value=url,
+                allowed=("gs://<bucket>/<prefix>",),
+            )
+        if not _BUCKET_NAME.match(bucket):
+            raise OptionError(
+                f"option 'path': {bucket!r} in {url!r} is not a valid GCS bucket name (3 to 63 "
+                "lowercase letters, digits, '-', '_' or '.', starting and ending with a "
+                "letter or digit)",
+                option="path",
+                value=url,
+                allowed=("gs://<bucket>/<prefix>",),
+            )
+        return cls(bucket, prefix, **credentials)
+
+    def __repr__(self) -> str:
+        auth = "service account" if self._service_account_json else "default credentials"
+        if self._service_account_json is None and self._emulator():
+            auth = "anonymous"
+        endpoint = f", endpoint={self.endpoint!r}" if self.endpoint else ""
+        return f"GCSDestination({self.url!r}{endpoint}, {auth})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GCSDestination) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)  # no client is ever kept on the instance
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self.bucket, self.prefix, self.project, self.endpoint, self._secret_digest())
+
+    def _secret_digest(self) -> str | None:
+        if self._service_account_json is None:
+            return None
+        return "sha256:" + hashlib.sha256(self._service_account_json.encode()).hexdigest()
+
+    @property
+    def url(self) -> str:
+        return f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def name(self, key: str) -> str:
+        """The object name of ``key`` (below the prefix)."""
+        parts = [p for p in key.split("/") if p]
+        if not parts or any(p in (".", "..") for p in parts):
+            raise DestinationError(f"invalid key {key!r}", location=self.url)
+        rel = "/".join(parts)
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _where(self, key: str) -> str:
+        return f"gs://{self.bucket}/{self.name(key)}"
+
+    # -- the client -------------------------------------------------------------------------
+
+    def _emulator(self) -> str | None:
+        return self.endpoint or os.environ.get("STORAGE_EMULATOR_HOST") or None
+
+    def _client(self) -> Any:
+        key = ("gcs", self.project, self.endpoint, self._emulator(), self._secret_digest())
+        return _CLIENTS.get(key, self._make_client)
+
+    def _make_client(self) -> Any:
+        try:
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import storage
+        except ImportError:
+            raise MissingDependencyError("google-cloud-storage", "gcs") from None
+        project = self.project
+        credentials: Any
+        if self._service_account_info is not None:
+            from google.oauth2 import service_account
+
+            credentials = _service_account_credentials(service_account, self._service_account_info)
+            if credentials is None:  # raised here, not in the except: see _parse_...
+                raise _bad_service_account("is not a usable service account key")
+            project = project or self._service_account_info.get("project_id")
+        elif self._emulator():
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        else:
+            import google.auth
+            from google.auth.exceptions import DefaultCredentialsError
+
+            try:
+                credentials, default_project = google.auth.default(scopes=_SCOPES)
+            except DefaultCredentialsError:
+                raise GCSBucketAccessDeniedError(
+                    f"{self.url}: no Google credentials found; give option "
+                    "'service_account_json' or set GOOGLE_APPLICATION_CREDENTIALS",
+                    location=self.url,
+                ) from None
+            project = project or default_project
+        # without an endpoint the SDK reads STORAGE_EMULATOR_HOST itself
+        options = {"api_endpoint": self.endpoint} if self.endpoint else None
+        client = storage.Client(project=project, credentials=credentials, client_options=options)
+        # Newer SDKs fetch each bucket's metadata in a background thread, for tracing
+        # attributes only: one more request per bucket and process, which needs
+        # storage.buckets.get (a writer's role may lack it). Not wanted on executors.
+        if getattr(client, "_bucket_metadata_cache", None) is not None:
+            client._bucket_metadata_cache = None
+        return client
+
+    def _bucket(self) -> Any:
+        return self._client().bucket(self.bucket)
+
+    def _blob(self, key: str) -> Any:
+        return self._bucket().blob(self.name(key), chunk_size=self.CHUNK_SIZE)
+
+    @property
+    def _timeout(self) -> tuple[float, float]:
+        return (self.CONNECT_TIMEOUT, self.READ_TIMEOUT)
+
+    def _retry(self) -> Any:
+        """The SDK's own retry for metadata calls: dropped connections only, briefly."""
+        from google.api_core.retry import Retry, if_exception_type
+        from requests.exceptions import ConnectionError as RequestsConnectionError
+
+        return Retry(
+            predicate=if_exception_type(RequestsConnectionError, ConnectionError),
+            initial=0.1,
+            maximum=1.0,
+            multiplier=2.0,
+            timeout=self.SDK_RETRY_DEADLINE,
+        )
+
+    # -- the one error boundary -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translate(self, location: str, *, missing: str = "object") -> Iterator[None]:
+        """Map SDK errors to quixsinks errors. ``missing`` says what a 404 means here:
+        ``"object"`` (unless the service says it is the bucket) or ``"bucket"``."""
+        try:
+            yield
+        except QuixSinksError:
+            raise
+        except Exception as exc:  # only SDK errors are mapped, the rest re-raised as is
+            self._raise_translated(exc, location, missing)
+
+    def _raise_translated(self, exc: Exception, location: str, missing: str) -> NoReturn:
+        try:
+            from google.api_core import exceptions as api
+            from google.auth import exceptions as auth
+            from google.cloud.storage.exceptions import InvalidResponse
+            from requests import exceptions as http
+        except ImportError:  # pragma: no cover - the SDK raised, so it is installed
+            raise exc from None
+
+        if isinstance(exc, InvalidResponse) and getattr(exc, "response", None) is not None:
+            # a resumable-upload chunk failed: the same errors as the JSON API
+            response = exc.response
+            exc = api.from_http_status(  # type: ignore[no-untyped-call]
+                response.status_code, _reason(response), response=response
+            )
+        if isinstance(exc, api.NotFound):
+            if missing == "bucket" or "bucket" in (exc.message or "").lower():
+                raise GCSBucketNotFoundError(
+                    f"gs://{self.bucket}: the bucket does not exist; create it first, or fix "
+                    "the bucket name in option 'path'",
+                    location=f"gs://{self.bucket}",
+                ) from None
+            raise DestinationNotFoundError(f"{location}: no such object", location=location)
+        if isinstance(exc, (api.Unauthorized, auth.RefreshError)):
+            raise GCSBucketAccessDeniedError(
+                f"{location}: the credentials were refused (wrong, expired or revoked "
+                "service account key?); check option 'service_account_json' or the default "
+                "credentials",
+                location=location,
+            ) from None
+        if isinstance(exc, auth.DefaultCredentialsError):
+            raise GCSBucketAccessDeniedError(
+                f"{location}: no usable Google credentials; give option "
+                "'service_account_json' or set GOOGLE_APPLICATION_CREDENTIALS",
+                location=location,
+            ) from None
+        if isinstance(exc, api.Forbidden):
+            raise GCSBucketAccessDeniedError(
+                f"{location}: access denied ({_short(exc.message)}); the credentials need "
+                "storage.objects.create, get, list and delete on the bucket (e.g. the role "
+                "Storage Object Admin)",
+                location=location,
+            ) from None
+        if isinstance(exc, (api.TooManyRequests, api.ServerError)):
+            code = exc.code
+            retry_after = _retry_after(exc.response)
+            text = f"{location}: Google Cloud Storage answered {code} ({_short(exc.message)})"
+            if retry_after is not None:
+                raise SinkBackpressureError(retry_after, text) from exc
+            raise RetryableError(text) from exc
+        if isinstance(exc, (http.ConnectionError, http.Timeout, auth.TransportError)):
+            raise RetryableError(f"{location}: connection failed ({type(exc).__name__})") from exc
+        if isinstance(exc, api.GoogleAPICallError):
+            raise DestinationError(
+                f"{location}: Google Cloud Storage answered {exc.code} ({_short(exc.message)})",
+                location=location,
+            ) from exc
+        raise exc
+
+    # -- Destination ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """The bucket exists and we may create and delete objects under the prefix."""
+        probe = self._blob(f"_quixsinks-probe-{uuid.uuid4().hex}")
+        where = f"gs://{self.bucket}/{probe.name}"
+        with self._translate(where, missing="bucket"):
+            probe.upload_from_string(b"", if_generation_match=0, retry=None, timeout=self._timeout)
+        with self._translate(where, missing="bucket"), contextlib.suppress(_not_found()):
+            probe.delete(retry=self._retry(), timeout=self._timeout)
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        blob = self._blob(key)
+        with self._translate(self._where(key), missing="bucket"):
+            blob.upload_from_string(
+                data, content_type="application/octet-stream", retry=None, timeout=self._timeout
+            )
+
+    def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
+        stream = _ChunkedUpload(self, key)
+        try:
+            produce(stream)  # type: ignore[arg-type]
+            return stream.finish()
+        except BaseException:
+            stream.abandon()
+            raise
+
+    def read_bytes(self, key: str) -> bytes:
+        blob = self._blob(key)
+        with self._translate(self._where(key)):
+            data: bytes = blob.download_as_bytes(retry=None, timeout=self._timeout)
+        return data
+
+    def exists(self, key: str) -> bool:
+        blob = self._blob(key)
+        with self._translate(self._where(key), missing="bucket"):
+            return bool(blob.exists(retry=self._retry(), timeout=self._timeout))
+
+    def modified(self, key: str) -> float | None:
+        blob = self._blob(key)
+        with self._translate(self._where(key)):
+            try:
+                blob.reload(retry=self._retry(), timeout=self._timeout)
+            except _not_found() as exc:
+                if "bucket" in (getattr(exc, "message", "") or "").lower():
+                    raise
+                return None
+        updated = blob.updated
+        return None if updated is None else float(updated.timestamp())
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        root = f"{self.name(prefix)}/" if prefix.strip("/") else base
+        keys: list[str] = []
+        with self._translate(f"gs://{self.bucket}/{root}", missing="bucket"):
+            blobs = self._client().list_blobs(
+                self.bucket,
+                prefix=root or None,
+                page_size=self.PAGE_SIZE,
+                fields="items(name),nextPageToken",
+                retry=self._retry(),
+                timeout=self._timeout,
+            )
+            for blob in blobs:
+                keys.append(blob.name[len(base) :])
+        return sorted(keys)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        names = list(dict.fromkeys(self.name(k) for k in keys))
+        for start in range(0, len(names), self.DELETE_BATCH):
+            self._delete_batch(names[start : start + self.DELETE_BATCH])
+
+    def _delete_batch(self, names: Sequence[str]) -> None:
+        from google.api_core.exceptions import from_http_response
+
+        client, bucket = self._client(), self._bucket()
+        where = f"gs://{self.bucket}/{names[0]}" + (f" (+{len(names) - 1})" if names[1:] else "")
+        with self._translate(where, missing="bucket"):
+            if len(names) == 1:
+                with contextlib.suppress(_not_found()):
+                    bucket.blob(names[0]).delete(retry=self._retry(), timeout=self._timeout)
+                return
+            with client.batch(raise_exception=False) as batch:
+                for name in names:
+                    bucket.blob(name).delete(timeout=self._timeout)
+            # the SDK keeps the sub-responses on the batch (one per delete, in order)
+            for response in batch._responses:
+                if response.status_code >= 300 and response.status_code != 404:
+                    raise from_http_response(response)  # type: ignore[no-untyped-call]
+
+    def move(self, src: str, dst: str) -> None:
+        source, target = self._blob(src), self._blob(dst)
+        with self._translate(self._where(src)):
+            token, _, _ = target.rewrite(source, retry=None, timeout=self._timeout)
+            while token is not None:  # large objects are rewritten in several calls
+                token, _, _ = target.rewrite(source, token=token, retry=None, timeout=self._timeout)
+            with contextlib.suppress(_not_found()):  # a concurrent mover deleted it already
+                source.delete(retry=self._retry(), timeout=self._timeout)
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self._blob(key)
+        with self._translate(self._where(key), missing="bucket"):
+            try:
+                # one request: GCS makes the object visible only once it is complete
+                blob.upload_from_string(
+                    data,
+                    content_type="application/octet-stream",
+                    if_generation_match=0,
+                    retry=None,
+                    timeout=self._timeout,
+                )
+            except PreconditionFailed:
+                return False
+        return True
+
+
+class _ChunkedUpload(io.RawIOBase):
+    """A write-only stream for ``write_with``: up to ``CHUNK_SIZE`` bytes in memory, then a
+    resumable upload fed in chunks (the SDK's BlobWriter), so memory stays bounded."""
+
+    def __init__(self, destination: GCSDestination, key: str) -> None:
+        super().__init__()
+        self.destination = destination
+        self.key = key
+        self.buffer = bytearray()
+        self.size = 0
+        self.writer: Any = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.size += len(view)
+        if self.writer is not None:
+            with self.destination._translate(self.destination._where(self.key), missing="bucket"):
+                self.writer.write(view)
+            return len(view)
+        self.buffer += view
+        if len(self.buffer) >= self.destination.CHUNK_SIZE:
+            self._start_resumable()
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size
+
+    def _start_resumable(self) -> None:
+        blob = self.destination._blob(self.key)
+        where = self.destination._where(self.key)
+        with self.destination._translate(where, missing="bucket"):
+            self.writer = blob.open(
+                "wb",
+                chunk_size=self.destination.CHUNK_SIZE,
+                content_type="application/octet-stream",
+                retry=None,
+                timeout=self.destination._timeout,
+            )
+            pending, self.buffer = bytes(self.buffer), bytearray()
+            self.writer.write(pending)
+
+    def finish(self) -> int:
+        if self.writer is None:
+            self.destination.write_bytes(self.key, bytes(self.buffer))
+            self.buffer = bytearray()
+        else:
+            with self.destination._translate(self.destination._where(self.key), missing="bucket"):
+                self.writer.close()
+            self.writer = None
+        return self.size
+
+    def abandon(self) -> None:
+        """Cancel a resumable upload that will not be finished (nothing becomes visible)."""
+        if self.writer is not None:
+            _close_quietly(self.writer)
+            self.writer = None
+        self.buffer = bytearray()
+
+
+def _not_found() -> type[Exception]:
+    from google.api_core.exceptions import NotFound
+
+    return NotFound
+
+
+def _parse_service_account(text: str) -> dict[str, Any]:
+    """The key's fields, from JSON text or a key file; OptionError (never echoing it).
+
+    No error is raised while handling another: the parser's own exception (which holds
+    the text) must not ride along as ``__context__``.
+    """
+    source: str | None = text.strip()
+    if source is not None and not source.startswith("{"):
+        path = os.path.expanduser(source)
+        if len(source) > 4096 or "\n" in source or not os.path.isfile(path):
+            raise _bad_service_account("is neither JSON text nor the path of a readable file")
+        source = _read_text(path)
+        if source is None:
+            raise _bad_service_account("names a file that cannot be read")
+    info = _json_or_none(source)
+    if info is None:
+        raise _bad_service_account("is not valid JSON")
+    if not isinstance(info, dict):
+        raise _bad_service_account("is not a JSON object")
+    missing = [f for f in ("client_email", "private_key", "token_uri") if not info.get(f)]
+    if info.get("type") not in (None, "service_account") or missing:
+        raise _bad_service_account(
+            "is not a service account key (type 'service_account' with "
+            "client_email, private_key and token_uri)"
+        )
+    return info
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _json_or_none(text: str | None) -> Any:
+    try:
+        return json.loads(text or "")
+    except ValueError:
+        return None
+
+
+def _service_account_credentials(module: Any, info: dict[str, Any]) -> Any:
+    try:
+        return module.Credentials.from_service_account_info(info, scopes=_SCOPES)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _bad_service_account(what: str) -> OptionError:
+    return OptionError(
+        f"option 'service_account_json' {what}; give the content of a service account key "
+        "file (JSON) or its path",
+        option="service_account_json",
+        value="***",
+        allowed=("service account key JSON", "the path of a key file"),
+    )
+
+
+def _reason(response: Any) -> str:
+    try:
+        error = response.json().get("error", {})
+        return str(error.get("message") or response.reason or "")
+    except Exception:
+        return str(getattr(response, "reason", "") or "")
+
+
+def _short(message: str | None, limit: int = 200) -> str:
+    text = " ".join((message or "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _retry_after(response: Any) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), if any."""
+    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
