@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 # session-scoped test servers of the object stores (s3_server, azurite, gcs_server)
-pytest_plugins = ["tests.services.fixtures_objectstores"]
+pytest_plugins = ["tests.services.fixtures_objectstores", "tests.services.fixtures_gcs"]
 
 
 @pytest.fixture(scope="session")

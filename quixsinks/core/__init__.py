@@ -1,5 +1,6 @@
 """Engine-agnostic building blocks of quixsinks. Nothing in here imports pyspark."""
 
+from .azure import AzureDestination
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, client_key
@@ -26,10 +27,12 @@ from .errors import (
     SinkBackpressureError,
 )
 from .formats import CSVFormat, Format, JSONFormat, ParquetFormat, resolve_format
+from .gcs import GCSDestination
 from .ledger import Ledger, LedgerEntry, LedgerStore
 from .options import OptionSpec, SinkOptions, option
 from .publish import AppendPublisher, FilePublisher, PublishResult, StagedFile, StagingArea
 from .records import RecordSchema
+from .s3 import S3Destination
 from .sink import BatchingSink, CommitContext, CommonOptions, LedgerOptions, Receipt, Sink, Task
 from .timeouts import StreamTimeoutTracker
 
@@ -37,6 +40,7 @@ __all__ = [
     "AppendPublisher",
     "AzureContainerAccessDeniedError",
     "AzureContainerNotFoundError",
+    "AzureDestination",
     "BatchingSink",
     "CSVFormat",
     "ClientCache",
@@ -52,6 +56,7 @@ __all__ = [
     "Format",
     "GCSBucketAccessDeniedError",
     "GCSBucketNotFoundError",
+    "GCSDestination",
     "InvalidFormatError",
     "JSONFormat",
     "Ledger",
@@ -75,6 +80,7 @@ __all__ = [
     "RetryableError",
     "S3BucketAccessDeniedError",
     "S3BucketNotFoundError",
+    "S3Destination",
     "Sink",
     "SinkBackpressureError",
     "SinkBatch",

@@ -19,7 +19,7 @@ import io
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from .clients import ClientCache
 from .destinations import Destination
@@ -193,7 +193,7 @@ class AzureDestination(Destination):
     def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
         writer = _BlockWriter(self._container().get_blob_client(self._name(key)))
         with self._translate(key):
-            produce(writer)
+            produce(cast(BinaryIO, writer))
             writer.finish()
         return writer.size
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from .clients import ClientCache
 from .destinations import Destination
@@ -149,7 +149,7 @@ class S3Destination(Destination):
         writer = _MultipartWriter(self, self._key(key))
         try:
             with self._translate(key):
-                produce(writer)
+                produce(cast(BinaryIO, writer))
                 writer.finish()
         except BaseException:
             writer.cancel()

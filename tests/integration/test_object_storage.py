@@ -69,7 +69,11 @@ def make_store(kind: str, request: pytest.FixtureRequest, *, bucket: str | None 
     server = request.getfixturevalue("gcs_server")
     if bucket is None:
         server.create_bucket(name)
-    return Store(f"gs://{name}/out", {"gcs_endpoint": server.options()["endpoint"]})
+    opts = server.options()
+    return Store(
+        f"gs://{name}/out",
+        {"gcs_endpoint": opts["endpoint"], "service_account_json": opts["service_account_json"]},
+    )
 
 
 @pytest.fixture(scope="module")
