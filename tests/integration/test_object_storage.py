@@ -179,3 +179,25 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     assert kills >= 1 or store.committed() > 0
     assert store.ids() == ids, f"seed {seed}"
     assert store.staged() == []
+
+
+def test_a_wrong_azure_key_is_access_denied_before_any_task(
+    spark: Any, request: pytest.FixtureRequest
+) -> None:
+    """Azurite checks its account key, so this is a real 403. (moto_server accepts any
+    S3 credentials: the S3 translation is tested at the boundary in the unit tests.)"""
+    import base64
+
+    server = request.getfixturevalue("azurite")
+    name = f"qs-{uuid.uuid4().hex[:12]}"
+    server.create_container(name)
+    wrong = base64.b64encode(b"not the key" * 6).decode()
+    writer = (
+        spark.range(3)
+        .write.format("file")
+        .option("path", f"az://{name}/out")
+        .option("azure_connection_string", server.connection_string(key=wrong))
+    )
+    with pytest.raises(Exception, match="access denied") as raised:
+        writer.mode("append").save()
+    assert wrong not in str(raised.value)
