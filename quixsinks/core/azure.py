@@ -232,8 +232,7 @@ class AzureDestination(Destination):
         source = container.get_blob_client(self._name(src))
         target = container.get_blob_client(self._name(dst))
         with self._translate(src):
-            source.get_blob_properties()  # NotFound when moved already
-            copy = target.start_copy_from_url(source.url, requires_sync=None)
+            copy = target.start_copy_from_url(source.url)  # 404 when moved already
             status = copy.get("copy_status")
             deadline = time.monotonic() + 600
             while status == "pending":

@@ -52,6 +52,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -65,6 +66,11 @@ __all__ = ["AppendPublisher", "FilePublisher", "PublishResult", "StagedFile", "S
 logger = logging.getLogger("quixsinks.publish")
 
 _BATCH_DIGITS = 20
+#: Prune old markers and sweep abandoned staging in every N-th batch's commit (listing
+#: the ledger and the staging area costs requests on an object store).
+HOUSEKEEPING_EVERY = 10
+#: Moves (server-side copies on object stores) run side by side in a commit.
+MOVE_THREADS = 8
 #: An empty marker older than this was torn by a crash between create and write.
 TORN_MARKER_SECONDS = 60.0
 #: Staging older than this, that no marker names, belongs to nobody (hours).
@@ -216,8 +222,16 @@ class MarkerStore(LedgerStore):
     def __init__(self, staging: StagingArea) -> None:
         self.staging = staging
         self.destination = staging.destination
+        self._owners: dict[str, set[str]] = {}  # read once per store (one commit)
 
     def owners(self, sink_id: str) -> set[str]:
+        if sink_id in self._owners:
+            return self._owners[sink_id]
+        found = self._read_owners(sink_id)
+        self._owners[sink_id] = found
+        return found
+
+    def _read_owners(self, sink_id: str) -> set[str]:
         owner = self.staging.read_marker(self.staging.owner_key(sink_id))
         if owner is not None:
             return {str(owner.get("query_id", ""))}
@@ -234,6 +248,7 @@ class MarkerStore(LedgerStore):
         key = self.staging.owner_key(sink_id)
         body = json.dumps({"sink_id": sink_id, "query_id": query_id}).encode()
         if self.destination.create_exclusive(key, body):
+            self._owners[sink_id] = {query_id}
             return
         owner = self.staging.read_marker(key)
         if owner is None:  # torn, removed: try once more
@@ -262,6 +277,7 @@ class MarkerStore(LedgerStore):
     def drop_query(self, sink_id: str, query_id: str) -> None:
         # a sink id has one owner at a time: every marker and the owner object go
         self.destination.delete(self.destination.list(self.staging.ledger_prefix(sink_id)))
+        self._owners.pop(sink_id, None)
 
     def prune(self, sink_id: str, below_batch_id: int) -> None:
         prefix = self.staging.ledger_prefix(sink_id)
@@ -295,7 +311,9 @@ class FilePublisher:
         self.staging = staging
         self.destination = staging.destination
         self.store = MarkerStore(staging)
-        self.ledger = staging.ledger(takeover_query_id)
+        self.ledger = Ledger(
+            self.store, takeover_query_id=takeover_query_id, keep_batches=staging.keep_batches
+        )
 
     def is_committed(self, sink_id: str, batch_id: int) -> bool:
         return self.destination.exists(self.staging.marker_key(sink_id, batch_id))
@@ -324,7 +342,8 @@ class FilePublisher:
                 write, which Spark never replays, drops it at the end.
         """
         self.ledger.fence(sink_id, query_id)
-        self.store.claim(sink_id, query_id)
+        if self.store.owners(sink_id) != {query_id}:  # read once, cached: claim only if new
+            self.store.claim(sink_id, query_id)
         marker = self.staging.marker_key(sink_id, batch_id)
         if replace_prefix is not None and self.store.newest_batch(sink_id) > batch_id:
             return self._superseded(sink_id, batch_id)
@@ -358,18 +377,15 @@ class FilePublisher:
             self._delete_published(
                 str(manifest["replace_prefix"]), {dst for _, dst in moves}, batch_id, newer
             )
-        for src, dst in moves:
-            try:
-                self.destination.move(src, dst)
-                continue
-            except DestinationNotFoundError:
-                pass  # moved already: by an earlier attempt, or a concurrent committer
-            if self.destination.exists(dst):
-                continue
+        # object stores copy server-side, one request per file: run the moves side by side
+        with ThreadPoolExecutor(max_workers=min(MOVE_THREADS, max(1, len(moves)))) as pool:
+            missing = [m for m in pool.map(self._move, moves) if m is not None]
+        if missing:
             if manifest.get("replace_prefix") is not None and (
                 self.store.newest_batch(sink_id) > batch_id
             ):
                 return self._superseded(sink_id, batch_id)
+            src, dst = missing[0]
             raise CommitError(
                 f"sink {sink_id} batch {batch_id}: staged file {src} is gone and {dst} was "
                 "never published; the staging folder was deleted by hand?"
@@ -380,12 +396,22 @@ class FilePublisher:
             self.destination.delete([dst for _, dst in moves])
             return self._superseded(sink_id, batch_id)
         self.staging.discard(sink_id, batch_id)
-        if keep_ledger:
+        if not keep_ledger:
+            self.destination.delete([marker, self.staging.owner_key(sink_id)])
+        elif batch_id % HOUSEKEEPING_EVERY == 0:
             self.staging.prune(sink_id, batch_id)
             self.staging.sweep()
-        else:
-            self.destination.delete([marker, self.staging.owner_key(sink_id)])
         return PublishResult(files=len(moves), already_committed=not created)
+
+    def _move(self, move: tuple[str, str]) -> tuple[str, str] | None:
+        """Move one staged file; the pair when it is neither in staging nor published."""
+        src, dst = move
+        try:
+            self.destination.move(src, dst)
+            return None
+        except DestinationNotFoundError:
+            pass  # moved already: by an earlier attempt, or a concurrent committer
+        return None if self.destination.exists(dst) else move
 
     def _superseded(self, sink_id: str, batch_id: int) -> PublishResult:
         logger.warning(
@@ -584,8 +610,9 @@ class AppendPublisher:
             log({**entry, "state": "done", "end": end})
             self._compact(entries)
         self.staging.discard(sink_id, batch_id)
-        self.staging.prune(sink_id, batch_id)
-        self.staging.sweep()
+        if batch_id % HOUSEKEEPING_EVERY == 0:
+            self.staging.prune(sink_id, batch_id)
+            self.staging.sweep()
         return PublishResult(files=len(files), already_committed=False)
 
     def _compact(self, entries: list[dict[str, Any]]) -> None:

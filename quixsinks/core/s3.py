@@ -33,8 +33,6 @@ __all__ = ["S3Destination"]
 
 #: Multipart part size (S3 needs >= 5 MiB for every part but the last).
 PART_BYTES = 8 * 1024 * 1024
-#: Largest object CopyObject copies in one request.
-COPY_LIMIT = 5 * 1024**3
 
 _CLIENTS: ClientCache[Any] = ClientCache("s3 clients", lambda c: c.close())
 _THROTTLE = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError"}
@@ -204,10 +202,12 @@ class S3Destination(Destination):
         client = self._client()
         source = {"Bucket": self.bucket, "Key": self._key(src)}
         with self._translate(src):
-            size = client.head_object(**source)["ContentLength"]
-            if size <= COPY_LIMIT:
+            try:
                 client.copy_object(Bucket=self.bucket, Key=self._key(dst), CopySource=source)
-            else:
+            except Exception as exc:  # over 5 GB: S3 wants a multipart copy
+                if "InvalidRequest" not in str(getattr(exc, "response", {}).get("Error", {})):
+                    raise
+                size = client.head_object(**source)["ContentLength"]
                 _multipart_copy(client, self.bucket, self._key(dst), source, size)
             client.delete_object(**source)
 

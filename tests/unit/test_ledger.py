@@ -262,10 +262,12 @@ def test_abandoned_staging_is_swept_once_old_and_unnamed(area: StagingArea) -> N
 
 def test_the_marker_ledger_is_pruned_to_the_kept_batches(tmp_path: Path) -> None:
     area = StagingArea(LocalDestination(str(tmp_path)), "_quixsinks", keep_batches=5)
-    for batch in range(20):
+    from quixsinks.core.publish import HOUSEKEEPING_EVERY
+
+    for batch in range(41):
         FilePublisher(area).publish(SINK, batch, [], query_id=OLD)
     markers = [k for k in area.destination.list(area.ledger_prefix(SINK)) if "owner" not in k]
-    assert len(markers) <= 6
+    assert len(markers) <= 5 + HOUSEKEEPING_EVERY  # keep_batches, pruned every 10th commit
 
 
 # ----------------------------------------------------------------------------- append

@@ -148,7 +148,7 @@ def test_replay_after_a_crash_half_way_finishes_the_first_commit(
     crashing = StagingArea(HookedDestination(str(tmp_path), crash_after_first_move), STATE)
     with pytest.raises(Crash):
         FilePublisher(crashing).publish(SINK, 3, stage(staging, 3, "A", FIRST))
-    assert len(published(dest)) == 1
+    assert 1 <= len(published(dest)) < len(FIRST)  # moves run side by side: some landed
 
     result = FilePublisher(staging).publish(SINK, 3, stage(staging, 3, "B", REPLAY))
     assert published(dest) == FIRST
@@ -296,10 +296,10 @@ def test_ledger_forgets_markers_older_than_keep_batches(
 ) -> None:
     for batch_id in range(10):
         dest.create_exclusive(staging.marker_key(SINK, batch_id), b"{}")
-    latest = 5 + KEEP_BATCHES
+    latest = 10 + KEEP_BATCHES  # housekeeping runs in every HOUSEKEEPING_EVERY-th commit
     FilePublisher(staging).publish(SINK, latest, [])
     kept = [b for b in range(10) if dest.exists(staging.marker_key(SINK, b))]
-    assert kept == [5, 6, 7, 8, 9]
+    assert kept == []
     assert dest.exists(staging.marker_key(SINK, latest))
 
 
@@ -313,8 +313,8 @@ def test_publish_removes_leftover_staging_of_earlier_batches_only(
     dest: LocalDestination, staging: StagingArea
 ) -> None:
     old = stage(staging, 3, "dead-attempt", {"x": b"x"})
-    later = stage(staging, 9, "running", {"y": b"y"})
-    FilePublisher(staging).publish(SINK, 5, stage(staging, 5, "A", FIRST))
+    later = stage(staging, 19, "running", {"y": b"y"})
+    FilePublisher(staging).publish(SINK, 10, stage(staging, 10, "A", FIRST))
     assert staged_keys(dest) == [f.staging_key for f in later]
     assert not dest.exists(old[0].staging_key)
 
