@@ -28,7 +28,7 @@ java:
 ## Servers the integration tests start (PostgreSQL...): installed from Debian when missing.
 services:
 	bash tests/services/install.sh
-	bash tests/services/install_objectstores.sh
+	bash tests/services/install_azure.sh
 
 ## Run the demo: a streaming job from an embedded source into the csvfile and file sinks.
 demo: install

@@ -11,7 +11,11 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 # session-scoped test servers of the object stores (s3_server, azurite, gcs_server)
-pytest_plugins = ["tests.services.fixtures_objectstores", "tests.services.fixtures_gcs"]
+pytest_plugins = [
+    "tests.services.fixtures_s3",
+    "tests.services.fixtures_azure",
+    "tests.services.fixtures_gcs",
+]
 
 
 @pytest.fixture(scope="session")

@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     partitions = args.partitions or args.cores
 
     import quixsinks
-    from tests.services.azurite import ACCOUNT, KEY, Azurite
+    from tests.services.azurite import ACCOUNT, ACCOUNT_KEY, AzuriteServer
     from tests.services.moto import MotoServer
 
-    with MotoServer() as moto, Azurite() as azurite:
+    with MotoServer() as moto, AzuriteServer() as azurite:
         s3 = moto.options()
 
         def fresh(kind: str) -> str:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 key, secret = (
                     (s3["aws_access_key_id"], s3["aws_secret_access_key"])
                     if kind == "s3"
-                    else (ACCOUNT, KEY)
+                    else (ACCOUNT, ACCOUNT_KEY)
                 )
                 writer = df.write.format("bench_pyarrow_fs").options(
                     kind=kind, path=f"{fresh(kind)}/out", endpoint=endpoint, key=key, secret=secret

@@ -1,13 +1,37 @@
 """Azure Blob Storage as a :class:`~quixsinks.core.destinations.Destination`.
 
-The commit protocol's primitives on Azure: ``create_exclusive`` is ``upload_blob(...,
-overwrite=False)`` (``BlobAlreadyExists`` means another committer won), ``move`` is a
-server-side ``start_copy_from_url`` (synchronous within an account; polled otherwise)
-then a delete, ``list`` pages through ``list_blobs``, and ``write_with`` stages blocks of
-8 MiB and commits the block list, in bounded memory. azure-storage-blob is imported
-lazily; clients live in a process-wide ClientCache (never pickled) with few retries of
-their own, so the sink's RetryPolicy is in charge. Errors are translated in
-:func:`_translate`.
+:class:`AzureDestination` is a container and a key prefix, reached with
+``azure-storage-blob`` (the ``azure`` extra; imported lazily, never at module import).
+How it maps the Destination contract onto Blob Storage:
+
+* ``write_with`` streams: the producer writes into a buffering file-like object that
+  stages 8 MiB blocks (``Put Block``, at most two in flight) and commits the block list
+  at the end, so memory stays bounded whatever the file size; an output smaller than one
+  block is a single ``Put Blob``. Nothing is visible before the commit.
+* ``create_exclusive`` is one ``Put Blob`` with ``If-None-Match: *``
+  (``overwrite=False``): atomic, so the content is complete when the key appears.
+* ``move`` is a server-side copy (``Copy Blob``, polled until done if the service makes
+  it asynchronous), then a delete of the source.
+* ``list`` follows continuation markers; ``delete`` uses blob batches of 256 deletes and
+  ignores keys that do not exist.
+
+Credentials: a connection string (Quix's ``connection_string``; env
+``AZURE_STORAGE_CONNECTION_STRING``), or an account (``account_url`` or
+``account_name``; env ``AZURE_STORAGE_ACCOUNT``) with an account key (env
+``AZURE_STORAGE_KEY``) or a SAS token (env ``AZURE_STORAGE_SAS_TOKEN``). They are read
+once, where the destination is made (the driver), and carried to executors inside the
+pickled destination, wrapped so that no repr, log line or error message shows them. The
+SDK client is made lazily in each process and kept in a process-wide
+:class:`~quixsinks.core.clients.ClientCache`; it is never pickled.
+
+Every SDK error is translated in :func:`_translate`: a missing container is
+:class:`AzureContainerNotFoundError`, an authentication or authorisation failure
+:class:`AzureContainerAccessDeniedError`, throttling (503 ``ServerBusy``, 500
+``OperationTimedOut``...) a :class:`RetryableError` (:class:`SinkBackpressureError`
+when the service sends ``Retry-After``) for the sink's RetryPolicy, anything else a
+:class:`DestinationError` naming the location. The SDK's own retries and timeouts are
+kept short (:data:`SDK_RETRIES`, :data:`CONNECT_TIMEOUT`, :data:`READ_TIMEOUT`) so that
+the RetryPolicy is in charge.
 """
 
 from __future__ import annotations
@@ -16,10 +40,16 @@ import base64
 import contextlib
 import hashlib
 import io
+import logging
+import os
+import re
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO, cast
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from urllib.parse import unquote, urlsplit
 
 from .clients import ClientCache
 from .destinations import Destination
@@ -30,27 +60,161 @@ from .errors import (
     DestinationNotFoundError,
     MissingDependencyError,
     OptionError,
+    QuixSinksError,
     RetryableError,
     SinkBackpressureError,
 )
 
+if TYPE_CHECKING:
+    from azure.storage.blob import BlobServiceClient, ContainerClient
+
 __all__ = ["AzureDestination"]
 
-BLOCK_BYTES = 8 * 1024 * 1024
-_CLIENTS: ClientCache[Any] = ClientCache("azure blob clients", lambda c: c.close())
+logger = logging.getLogger("quixsinks.azure")
+
+#: Size of one staged block of a streamed upload; outputs up to this size are one Put Blob.
+BLOCK_SIZE = 8 * 1024 * 1024
+#: Blocks being uploaded while the producer fills the next one (memory: (n + 1) blocks).
+BLOCKS_IN_FLIGHT = 2
+#: Deletes per blob batch request (the service's maximum).
+DELETE_BATCH = 256
+#: Seconds to open a connection / to wait for a response, per request.
+CONNECT_TIMEOUT = 10
+READ_TIMEOUT = 60
+#: Pooled HTTP connections per client (per process and credentials).
+CONNECTION_POOL_SIZE = 32
+#: Retries the SDK makes by itself (in all; of which on 5xx answers); a short linear pause.
+SDK_RETRIES = 2
+SDK_STATUS_RETRIES = 1
+SDK_RETRY_PAUSE = 0.5
+#: How long a pending server-side copy is polled before giving up (seconds).
+COPY_TIMEOUT = 600.0
+
+_DEFAULT_SUFFIX = "core.windows.net"
+_DEVSTORE_ACCOUNT = "devstoreaccount1"
+_DEVSTORE_URL = "http://127.0.0.1:10000/devstoreaccount1"
+_CONTAINER_RE = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
+_ACCESS_DENIED_CODES = frozenset(
+    {
+        "AuthenticationFailed",
+        "AuthorizationFailure",
+        "AuthorizationPermissionMismatch",
+        "AuthorizationResourceTypeMismatch",
+        "AuthorizationServiceMismatch",
+        "AuthorizationProtocolMismatch",
+        "AuthorizationSourceIPMismatch",
+        "InsufficientAccountPermissions",
+        "AccountIsDisabled",
+    }
+)
+_THROTTLING_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError"})
+_CONTAINER_MISSING_CODES = frozenset({"ContainerNotFound", "ContainerBeingDeleted"})
+
+_CLIENTS: ClientCache[Any] = ClientCache("azure blob clients", lambda c: c.close(), max_size=8)
 
 
-def _blob_module() -> Any:
+class _Secret:
+    """A credential that shows as ``***`` wherever it is printed."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Secret) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.value.encode()).hexdigest()
+
+    def __getstate__(self) -> str:
+        return self.value
+
+    def __setstate__(self, state: str) -> None:
+        self.value = state
+
+
+def _secret(value: str | None) -> _Secret | None:
+    return _Secret(value) if value else None
+
+
+def _import_sdk() -> Any:
     try:
         import azure.storage.blob as blob
-    except ImportError as exc:
+    except ImportError as exc:  # pragma: no cover - the dev venv has it
         raise MissingDependencyError("azure-storage-blob", "azure") from exc
     return blob
 
 
+def parse_connection_string(text: str) -> dict[str, str]:
+    """The ``Key=Value;...`` pairs of a connection string (keys as written)."""
+    pairs: dict[str, str] = {}
+    for part in text.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name:
+            pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def _blob_endpoint_of(connection_string: str) -> str:
+    """The blob service URL a connection string points at (for messages and cache keys)."""
+    pairs = {k.lower(): v for k, v in parse_connection_string(connection_string).items()}
+    if pairs.get("usedevelopmentstorage", "").lower() == "true":
+        return _DEVSTORE_URL
+    if pairs.get("blobendpoint"):
+        return pairs["blobendpoint"].rstrip("/")
+    account = pairs.get("accountname")
+    if not account:
+        raise OptionError(
+            "option 'azure_connection_string' has neither BlobEndpoint nor AccountName; copy "
+            "it from the storage account's 'Access keys' page",
+            option="azure_connection_string",
+            value="***",
+        )
+    protocol = pairs.get("defaultendpointsprotocol", "https")
+    suffix = pairs.get("endpointsuffix", _DEFAULT_SUFFIX)
+    return f"{protocol}://{account}.blob.{suffix}"
+
+
+def _account_of(account_url: str) -> str | None:
+    """The account name in a blob service URL: ``https://NAME.blob...`` or, for emulators
+    and IP addresses, ``http://host:port/NAME``."""
+    parts = urlsplit(account_url)
+    host = parts.hostname or ""
+    if ".blob." in host:
+        return host.split(".", 1)[0]
+    first = parts.path.strip("/").split("/", 1)[0]
+    return first or None
+
+
 class AzureDestination(Destination):
-    """Blobs under ``container/prefix``, reached by a connection string, or an account URL
-    with an account key or SAS token (else Azure's default credential)."""
+    """A container (and a key prefix in it) in Azure Blob Storage.
+
+    Args:
+        container: the container; it must exist (it is never created).
+        prefix: a ``/``-separated folder inside the container ('' for its root).
+        connection_string: a storage account connection string (a secret). Default: env
+            ``AZURE_STORAGE_CONNECTION_STRING`` when no account is given.
+        account_url: the blob service URL, e.g. ``https://NAME.blob.core.windows.net``
+            (or an emulator's ``http://127.0.0.1:10000/devstoreaccount1``).
+        account_name: the storage account, when ``account_url`` is not given (env
+            ``AZURE_STORAGE_ACCOUNT``).
+        account_key: the account's access key (a secret; env ``AZURE_STORAGE_KEY``).
+        sas_token: a shared access signature (a secret; env ``AZURE_STORAGE_SAS_TOKEN``)
+            allowing read, write, delete and list on the container.
+    """
+
+    supports_append = False
+    #: Blobs asked for per List Blobs page (the service allows at most 5,000).
+    list_page_size = 5000
 
     def __init__(
         self,
@@ -63,274 +227,607 @@ class AzureDestination(Destination):
         account_key: str | None = None,
         sas_token: str | None = None,
     ) -> None:
-        if not container:
+        if not container or "/" in container:
             raise OptionError(
-                "Azure: no container; name it in the path URL or set 'azure_container'",
+                f"invalid Azure container name {container!r}: 3 to 63 lower-case letters, "
+                "digits and single hyphens",
                 option="azure_container",
-            )
-        if account_url is None and account_name is not None:
-            account_url = f"https://{account_name}.blob.core.windows.net"
-        if connection_string is None and account_url is None:
-            raise OptionError(
-                "Azure: set 'azure_connection_string' (or AZURE_STORAGE_CONNECTION_STRING), or "
-                "use a URL naming the account (abfss://container@account.dfs.core.windows.net/...)",
-                option="azure_connection_string",
+                value=container,
             )
         self.container = container
         self.prefix = prefix.strip("/")
-        self.account_url = account_url
-        self.account_name = account_name
-        self._secrets = (connection_string, account_key, sas_token)
+        env = os.environ
+        if not (connection_string or account_url or account_name):
+            connection_string = env.get("AZURE_STORAGE_CONNECTION_STRING") or None
+            if not connection_string:
+                account_name = env.get("AZURE_STORAGE_ACCOUNT") or None
+        self._connection_string = _secret(connection_string)
+        if connection_string:
+            self.account_url = _blob_endpoint_of(connection_string)
+            self.account_name = _account_of(self.account_url) or ""
+            self._account_key = self._sas_token = None
+            return
+        if not (account_url or account_name):
+            raise OptionError(
+                "no Azure credentials: give 'azure_connection_string' (or set "
+                "AZURE_STORAGE_CONNECTION_STRING), or 'azure_account_name' / "
+                "'azure_account_url' with 'azure_account_key' or 'azure_sas_token'",
+                option="azure_connection_string",
+            )
+        if account_url:
+            account_url, _, query = account_url.partition("?")  # a SAS URL: the token
+            sas_token = sas_token or query or None
+            self.account_url = account_url.rstrip("/")
+        else:
+            self.account_url = f"https://{account_name}.blob.{_DEFAULT_SUFFIX}"
+        self.account_name = account_name or _account_of(self.account_url) or ""
+        if not (account_key or sas_token):
+            account_key = env.get("AZURE_STORAGE_KEY") or None
+            sas_token = None if account_key else env.get("AZURE_STORAGE_SAS_TOKEN") or None
+        if not (account_key or sas_token):
+            raise OptionError(
+                f"no credential for Azure account {self.account_name or self.account_url!r}: "
+                "give 'azure_account_key' (env AZURE_STORAGE_KEY) or 'azure_sas_token' (env "
+                "AZURE_STORAGE_SAS_TOKEN), or an 'azure_connection_string'",
+                option="azure_account_key",
+            )
+        if account_key and not self.account_name:
+            raise OptionError(
+                f"cannot tell the account name from {self.account_url!r}; give "
+                "'azure_account_name' with the account key",
+                option="azure_account_name",
+            )
+        self._account_key = _secret(account_key)
+        self._sas_token = _secret(sas_token.lstrip("?") if sas_token else None)
 
     @classmethod
-    def from_url(
-        cls, url: str, *, container: str | None = None, **credentials: Any
-    ) -> AzureDestination:
-        """``abfs[s]://container@account.dfs.core.windows.net/prefix``, ``az://container/
-        prefix`` or ``https://account.blob.core.windows.net/container/prefix``."""
-        scheme, _, rest = url.partition("://")
-        scheme = scheme.lower()
-        authority, _, path = rest.partition("/")
-        account = None
-        if scheme in ("abfs", "abfss"):
-            name, at, host = authority.partition("@")
-            if not at or not host.endswith(".core.windows.net"):
-                raise OptionError(
-                    f"option 'path': {url!r} is not like "
-                    "abfss://container@account.dfs.core.windows.net/prefix",
-                    option="path",
-                    value=url,
-                )
-            account = host.split(".", 1)[0]
-            found, prefix = name, path
-        elif scheme == "az":
-            found, prefix = authority, path
-        elif scheme == "https" and authority.endswith(".blob.core.windows.net"):
-            account = authority.split(".", 1)[0]
-            found, _, prefix = path.partition("/")
-        else:
-            raise OptionError(
-                f"option 'path': {url!r} is not an Azure Blob URL (abfs[s]://, az:// or "
-                "https://<account>.blob.core.windows.net/)",
+    def from_url(cls, url: str, **credentials: str | None) -> AzureDestination:
+        """The destination a ``path`` option names.
+
+        Accepted forms: ``abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix``,
+        ``az://CONTAINER/prefix`` (the account comes from the credentials) and
+        ``https://ACCOUNT.blob.core.windows.net/CONTAINER/prefix`` (a ``?sas`` query is
+        taken as the SAS token). ``credentials`` are the constructor's keywords; an
+        ``account_url`` given there wins over the URL's host (emulators).
+        """
+        shown = url.split("?", 1)[0]
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        creds = dict(credentials)
+        path = unquote(parts.path).strip("/")
+
+        def bad(why: str, example: str) -> OptionError:
+            return OptionError(
+                f"option 'path': {shown!r} is not an Azure Blob URL: {why}; write e.g. {example}",
                 option="path",
-                value=url,
+                value=shown,
+                allowed=(
+                    "abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX",
+                    "az://CONTAINER/PREFIX",
+                    "https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX",
+                ),
             )
-        if account and credentials.get("connection_string") is None:
-            credentials.setdefault("account_name", account)
-        return cls(found or container or "", prefix, **credentials)
 
-    def __repr__(self) -> str:
-        return f"AzureDestination({self.url!r})"
+        if scheme in ("abfs", "abfss"):
+            example = "abfss://mycontainer@myaccount.dfs.core.windows.net/data"
+            container, at, host = parts.netloc.rpartition("@")
+            if not at or not container or not host:
+                raise bad("the container and account are missing (CONTAINER@ACCOUNT...)", example)
+            account, dot, suffix = host.partition(".")
+            if not dot or not suffix.startswith(("dfs.", "blob.")):
+                raise bad(f"{host!r} is not ACCOUNT.dfs.<endpoint suffix>", example)
+            _, _, endpoint_suffix = suffix.partition(".")
+            creds.setdefault("account_name", account)
+            if not creds.get("account_url") and not creds.get("connection_string"):
+                creds["account_url"] = f"https://{account}.blob.{endpoint_suffix}"
+            prefix = path
+        elif scheme == "az":
+            container, prefix = parts.netloc, path
+            if not container:
+                raise bad("the container is missing", "az://mycontainer/data")
+        elif scheme in ("https", "http"):
+            example = "https://myaccount.blob.core.windows.net/mycontainer/data"
+            host = parts.hostname or ""
+            if not host:
+                raise bad("the host is missing", example)
+            segments = path.split("/", 1) if path else []
+            if ".blob." in host:
+                base = f"{scheme}://{parts.netloc}"
+            else:  # an emulator or IP address: /ACCOUNT/CONTAINER/prefix
+                if not segments:
+                    raise bad("the account is missing (http://HOST:PORT/ACCOUNT/...)", example)
+                base = f"{scheme}://{parts.netloc}/{segments[0]}"
+                segments = segments[1].split("/", 1) if len(segments) > 1 else []
+            if not segments or not segments[0]:
+                raise bad("the container is missing", example)
+            container = segments[0]
+            prefix = segments[1] if len(segments) > 1 else ""
+            if not creds.get("account_url") and not creds.get("connection_string"):
+                creds["account_url"] = base
+            if parts.query and not creds.get("sas_token"):
+                creds["sas_token"] = parts.query
+        else:
+            raise bad(
+                f"unknown scheme {scheme!r}", "abfss://mycontainer@myaccount.dfs.core.windows.net/"
+            )
+        if not _CONTAINER_RE.match(container) and container != "$root":
+            raise bad(
+                f"{container!r} is not a container name (3 to 63 lower-case letters, digits "
+                "and single hyphens)",
+                "az://mycontainer/data",
+            )
+        return cls(container, prefix, **creds)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, AzureDestination) and (self.url, self.account_url) == (
-            other.url,
-            other.account_url,
-        )
-
-    def __hash__(self) -> int:
-        return hash(self.url)
+    # -- identity ---------------------------------------------------------------------
 
     @property
     def url(self) -> str:
-        base = f"az://{self.container}"
-        return f"{base}/{self.prefix}" if self.prefix else base
+        return f"{self.account_url}/{self.container}" + (f"/{self.prefix}" if self.prefix else "")
 
-    # ------------------------------------------------------------------ plumbing
+    def __repr__(self) -> str:
+        return (
+            f"AzureDestination({self.container!r}, {self.prefix!r}, "
+            f"account_url={self.account_url!r})"
+        )
 
-    def _service(self) -> Any:
-        digest = hashlib.sha256("\0".join(s or "" for s in self._secrets).encode()).hexdigest()
-        return _CLIENTS.get((self.account_url, digest), self._new_service)
+    def _identity(self) -> tuple[Hashable, ...]:
+        secrets = (self._connection_string, self._account_key, self._sas_token)
+        return (
+            self.account_url,
+            self.account_name,
+            *(s.digest() if s is not None else None for s in secrets),
+        )
 
-    def _new_service(self) -> Any:
-        blob = _blob_module()
-        connection_string, account_key, sas_token = self._secrets
-        options: dict[str, Any] = {
-            "retry_total": 2,  # the sink's RetryPolicy is in charge
-            "connection_timeout": 10,
-            "read_timeout": 60,
-            "max_single_put_size": BLOCK_BYTES,
-        }
-        if connection_string:
-            return blob.BlobServiceClient.from_connection_string(connection_string, **options)
-        credential: Any = account_key or sas_token
-        if credential is None:
-            try:
-                from azure.identity import DefaultAzureCredential
-            except ImportError as exc:
-                raise MissingDependencyError("azure-identity", "azure") from exc
-            credential = DefaultAzureCredential()
-        elif account_key and self.account_name:
-            credential = {"account_name": self.account_name, "account_key": account_key}
-        return blob.BlobServiceClient(self.account_url, credential=credential, **options)
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, AzureDestination)
+            and other._identity() == self._identity()
+            and (other.container, other.prefix) == (self.container, self.prefix)
+        )
 
-    def _container(self) -> Any:
+    def __hash__(self) -> int:
+        return hash((self._identity(), self.container, self.prefix))
+
+    # -- the client -------------------------------------------------------------------
+
+    def _service(self) -> BlobServiceClient:
+        client: BlobServiceClient = _CLIENTS.get(("azure", *self._identity()), self._new_client)
+        return client
+
+    def _container(self) -> ContainerClient:
         return self._service().get_container_client(self.container)
 
-    def _name(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if self.prefix else key
+    def _new_client(self) -> BlobServiceClient:
+        blob = _import_sdk()
+        _redact_urllib3_logs()
+        config: dict[str, Any] = {
+            "transport": _transport(),
+            "retry_policy": blob.LinearRetry(
+                backoff=SDK_RETRY_PAUSE,
+                random_jitter_range=SDK_RETRY_PAUSE / 2,
+                retry_total=SDK_RETRIES,
+                retry_connect=SDK_RETRIES,
+                retry_read=SDK_RETRIES,
+                retry_status=SDK_STATUS_RETRIES,
+            ),
+            "max_single_put_size": BLOCK_SIZE,
+            "max_block_size": BLOCK_SIZE,
+        }
+        try:
+            if self._connection_string is not None:
+                service = blob.BlobServiceClient.from_connection_string(
+                    self._connection_string.value, **config
+                )
+            else:
+                credential: Any
+                if self._account_key is not None:
+                    credential = {
+                        "account_name": self.account_name,
+                        "account_key": self._account_key.value,
+                    }
+                else:
+                    credential = self._sas_token.value if self._sas_token else None
+                service = blob.BlobServiceClient(self.account_url, credential=credential, **config)
+        except ValueError:
+            raise OptionError(
+                f"{self.account_url}: the Azure credentials are malformed (is the connection "
+                "string, account key or SAS token complete?)",
+                option="azure_connection_string"
+                if self._connection_string is not None
+                else "azure_account_key",
+                value="***",
+            ) from None
+        return cast("BlobServiceClient", service)
+
+    def blob_name(self, key: str) -> str:
+        """The blob name of ``key`` (the prefix joined); keys cannot climb out of it."""
+        parts = [p for p in key.split("/") if p]
+        if not parts or any(p in (".", "..") for p in parts):
+            raise DestinationError(f"invalid key {key!r}", location=self.url)
+        return "/".join([self.prefix, *parts]) if self.prefix else "/".join(parts)
+
+    def _location(self, key: str | None = None) -> str:
+        return f"{self.url}/{key}" if key else self.url
 
     @contextlib.contextmanager
-    def _translate(self, key: str = "") -> Iterator[None]:
-        try:
+    def _translate(self, key: str | None = None) -> Iterator[None]:
+        with _translate(self._location(key), self.container, self._secret_values()):
             yield
-        except Exception as exc:
-            raise _translate(exc, self.container, f"{self.url}/{key}" if key else self.url) from exc
 
-    # ------------------------------------------------------------------ Destination
+    def _secret_values(self) -> tuple[str, ...]:
+        secrets = (self._connection_string, self._account_key, self._sas_token)
+        return tuple(s.value for s in secrets if s is not None)
+
+    # -- the contract -----------------------------------------------------------------
 
     def check(self) -> None:
-        with self._translate():
-            self._container().get_container_properties()
-        probe = "_quixsinks/probe"
+        """The container exists and these credentials may write and delete under the
+        prefix: a probe blob is written and deleted."""
+        probe = f"_quixsinks_probe-{uuid.uuid4().hex}"
         self.write_bytes(probe, b"")
         self.delete([probe])
 
     def write_bytes(self, key: str, data: bytes) -> None:
+        name = self.blob_name(key)
         with self._translate(key):
-            self._container().upload_blob(self._name(key), data, overwrite=True)
+            self._container().upload_blob(name, data, overwrite=True, max_concurrency=1)
 
     def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
-        writer = _BlockWriter(self._container().get_blob_client(self._name(key)))
+        name = self.blob_name(key)
         with self._translate(key):
+            blob = self._container().get_blob_client(name)
+        writer = _BlockWriter(blob, lambda: self._translate(key))
+        try:
             produce(cast(BinaryIO, writer))
-            writer.finish()
-        return writer.size
+            return writer.finish()
+        finally:
+            writer.abandon()
 
     def read_bytes(self, key: str) -> bytes:
+        name = self.blob_name(key)
         with self._translate(key):
-            data: bytes = self._container().download_blob(self._name(key)).readall()
+            data: bytes = self._container().download_blob(name, max_concurrency=1).readall()
             return data
 
     def exists(self, key: str) -> bool:
         return self.modified(key) is not None
 
     def modified(self, key: str) -> float | None:
+        name = self.blob_name(key)
         try:
             with self._translate(key):
-                props = self._container().get_blob_client(self._name(key)).get_blob_properties()
+                props = self._container().get_blob_client(name).get_blob_properties()
+        except AzureContainerNotFoundError:
+            raise
         except DestinationNotFoundError:
             return None
         return float(props.last_modified.timestamp())
 
     def list(self, prefix: str = "") -> list[str]:
-        base = self._name(prefix.strip("/")) if prefix else self.prefix
-        start = f"{base}/" if base else ""
+        folder = "/".join(p for p in [self.prefix, prefix.strip("/")] if p)
+        starts = f"{folder}/" if folder else None
         strip = len(self.prefix) + 1 if self.prefix else 0
-        with self._translate(prefix):
-            names = [b.name[strip:] for b in self._container().list_blobs(name_starts_with=start)]
+        with self._translate(prefix or None):
+            names = [
+                b.name[strip:]
+                for b in self._container().list_blobs(
+                    name_starts_with=starts, results_per_page=self.list_page_size
+                )
+            ]
         return sorted(names)
 
     def delete(self, keys: Iterable[str]) -> None:
+        names = sorted({self.blob_name(k) for k in keys})
         container = self._container()
-        for key in keys:
-            with contextlib.suppress(DestinationNotFoundError), self._translate(key):
-                container.delete_blob(self._name(key))
+        for start in range(0, len(names), DELETE_BATCH):
+            chunk = names[start : start + DELETE_BATCH]
+            if len(chunk) == 1:
+                self._delete_one(container, chunk[0])
+                continue
+            with self._translate():
+                answers = container.delete_blobs(
+                    *chunk, delete_snapshots="include", raise_on_any_failure=False
+                )
+                failed = [
+                    (name, answer)
+                    for name, answer in zip(chunk, answers, strict=False)
+                    if answer.status_code not in (200, 202, 404)
+                ]
+            for name, _answer in failed:  # retried one by one for a precise error
+                self._delete_one(container, name)
 
-    def move(self, src: str, dst: str) -> None:
-        container = self._container()
-        source = container.get_blob_client(self._name(src))
-        target = container.get_blob_client(self._name(dst))
-        with self._translate(src):
-            copy = target.start_copy_from_url(source.url)  # 404 when moved already
-            status = copy.get("copy_status")
-            deadline = time.monotonic() + 600
-            while status == "pending":
-                if time.monotonic() > deadline:
-                    raise RetryableError(f"{self.url}/{dst}: copy still pending after 600 s")
-                time.sleep(0.2)
-                status = target.get_blob_properties().copy.status
-            if status not in (None, "success"):
-                raise DestinationError(f"{self.url}/{dst}: copy {status}", location=self.url)
-            source.delete_blob()
-
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def _delete_one(self, container: ContainerClient, name: str) -> None:
+        key = name[len(self.prefix) + 1 :] if self.prefix else name
         try:
             with self._translate(key):
-                self._container().upload_blob(self._name(key), data, overwrite=False)
-        except _AlreadyExists:
-            return False
+                container.delete_blob(name, delete_snapshots="include")
+        except AzureContainerNotFoundError:
+            raise
+        except DestinationNotFoundError:
+            pass
+
+    def move(self, src: str, dst: str) -> None:
+        source_name, target_name = self.blob_name(src), self.blob_name(dst)
+        container = self._container()
+        source = container.get_blob_client(source_name)
+        target = container.get_blob_client(target_name)
+        with self._translate(src):  # a missing source is a not-found error naming it
+            answer = target.start_copy_from_url(source.url)
+        with self._translate(dst):
+            status = answer.get("copy_status")
+            deadline = time.monotonic() + COPY_TIMEOUT
+            pause = 0.05
+            while status == "pending":
+                if time.monotonic() > deadline:
+                    raise RetryableError(
+                        f"{self._location(dst)}: server-side copy from {src} still pending "
+                        f"after {COPY_TIMEOUT:g} s"
+                    )
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                status = target.get_blob_properties().copy.status
+            if status != "success":
+                raise DestinationError(
+                    f"{self._location(dst)}: server-side copy from {src} ended {status!r}",
+                    location=self._location(dst),
+                )
+        self._delete_one(container, source_name)
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        name = self.blob_name(key)
+        exists = _import_sdk_exceptions().ResourceExistsError
+        try:
+            with self._translate(key):
+                try:
+                    self._container().upload_blob(name, data, overwrite=False, max_concurrency=1)
+                except exists:
+                    return False
+        except DestinationError as exc:
+            # Put Blob with If-None-Match: * answers 409 BlobAlreadyExists (caught above),
+            # or 412 on some service versions when the blob exists
+            if "ConditionNotMet" in str(exc):
+                return False
+            raise
         return True
 
 
-class _AlreadyExists(DestinationError):
-    """The blob exists (a create-only upload lost)."""
+def _transport() -> Any:
+    """The SDK's requests transport with short timeouts and a pool big enough for the
+    threads that share one client (block uploads, a driver's parallel moves)."""
+    import requests
+    from azure.core.pipeline.transport import RequestsTransport
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    session = requests.Session()
+    # as the SDK mounts it, with retries left to its retry policy; more pooled connections
+    adapter = HTTPAdapter(
+        max_retries=Retry(total=False, redirect=False, raise_on_status=False),
+        pool_maxsize=CONNECTION_POOL_SIZE,
+    )
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, adapter)
+    return RequestsTransport(
+        session=session,
+        session_owner=True,
+        connection_timeout=CONNECT_TIMEOUT,
+        read_timeout=READ_TIMEOUT,
+    )
+
+
+class _RedactSignatures(logging.Filter):
+    """Cuts SAS signatures out of log records (urllib3 logs request URLs at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "sig=" in message:
+            record.msg, record.args = _SIG_RE.sub(r"\1=REDACTED", message), ()
+        return True
+
+
+_SIG_RE = re.compile(r"(?i)\b(sig)=[^\s&'\"]*")
+_REDACTOR = _RedactSignatures()
+
+
+def _redact_urllib3_logs() -> None:
+    """Make the HTTP library's DEBUG lines safe: they quote URLs, SAS token included (the
+    SDK's own logging redacts them already)."""
+    connectionpool = logging.getLogger("urllib3.connectionpool")
+    if _REDACTOR not in connectionpool.filters:
+        connectionpool.addFilter(_REDACTOR)
+
+
+def _import_sdk_exceptions() -> Any:
+    try:
+        import azure.core.exceptions as exceptions
+    except ImportError as exc:  # pragma: no cover
+        raise MissingDependencyError("azure-storage-blob", "azure") from exc
+    return exceptions
 
 
 class _BlockWriter(io.RawIOBase):
-    """A write-only stream: one upload when small, else staged blocks of BLOCK_BYTES and
-    a committed block list (memory bounded by one block)."""
+    """A write-only file that uploads a block blob in :data:`BLOCK_SIZE` blocks.
 
-    def __init__(self, blob: Any) -> None:
-        self.blob = blob
-        self.buffer = bytearray()
-        self.blocks: list[str] = []
-        self.size = 0
+    Full blocks are staged in the background (at most :data:`BLOCKS_IN_FLIGHT` at once)
+    while the producer fills the next one; :meth:`finish` stages the last one and commits
+    the block list, or makes one Put Blob if the whole output fits in one block. Closing
+    the file does not commit: the destination does, once the producer has returned.
+    """
+
+    def __init__(self, blob: Any, translate: Callable[[], contextlib.AbstractContextManager[None]]):
+        super().__init__()
+        self._blob = blob
+        self._translate = translate
+        self._buffer = bytearray()
+        self._size = 0
+        self._block_ids: list[str] = []
+        self._tag = uuid.uuid4().hex
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.buffer += view
-        self.size += len(view)
-        while len(self.buffer) >= BLOCK_BYTES:
-            self._stage(bytes(self.buffer[:BLOCK_BYTES]))
-            del self.buffer[:BLOCK_BYTES]
-        return len(view)
+    def seekable(self) -> bool:
+        return False
 
     def tell(self) -> int:
-        return self.size
+        return self._size
 
-    def _stage(self, data: bytes) -> None:
-        block_id = base64.b64encode(uuid.uuid4().hex.encode()).decode()
-        self.blob.stage_block(block_id, data)
-        self.blocks.append(block_id)
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        offset = 0
+        while offset < n:
+            room = BLOCK_SIZE - len(self._buffer)
+            piece = view[offset : offset + room]
+            self._buffer += piece
+            offset += len(piece)
+            if len(self._buffer) >= BLOCK_SIZE:
+                self._stage(bytes(self._buffer))
+                self._buffer.clear()
+        self._size += n
+        return n
 
-    def finish(self) -> None:
-        if not self.blocks:
-            self.blob.upload_blob(bytes(self.buffer), overwrite=True)
-            return
-        if self.buffer:
-            self._stage(bytes(self.buffer))
-            self.buffer.clear()
-        from azure.storage.blob import BlobBlock
+    def close(self) -> None:  # the producer may close us: finishing is the caller's job
+        pass
 
-        self.blob.commit_block_list([BlobBlock(block_id=b) for b in self.blocks])
+    def _stage(self, block: bytes) -> None:
+        block_id = base64.b64encode(f"{self._tag}-{len(self._block_ids):08d}".encode()).decode()
+        self._block_ids.append(block_id)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(BLOCKS_IN_FLIGHT, thread_name_prefix="azure-block")
+        while len(self._pending) >= BLOCKS_IN_FLIGHT:
+            self._pending.pop(0).result()
+        self._pending.append(self._pool.submit(self._put_block, block_id, block))
+
+    def _put_block(self, block_id: str, block: bytes) -> None:
+        with self._translate():
+            self._blob.stage_block(block_id, block)
+
+    def finish(self) -> int:
+        """Commit what was written; its size."""
+        if not self._block_ids:
+            with self._translate():
+                self._blob.upload_blob(bytes(self._buffer), overwrite=True, max_concurrency=1)
+            return self._size
+        if self._buffer:
+            self._stage(bytes(self._buffer))
+            self._buffer.clear()
+        for future in self._pending:
+            future.result()
+        self._pending.clear()
+        with self._translate():
+            self._blob.commit_block_list(self._block_ids)
+        return self._size
+
+    def abandon(self) -> None:
+        """Stop the background uploads (staged blocks that are never committed are
+        garbage-collected by the service after a week)."""
+        for future in self._pending:
+            future.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._buffer = bytearray()
 
 
-def _translate(exc: Exception, container: str, where: str) -> Exception:
-    """The quixsinks error for an azure-core / azure-storage-blob exception."""
-    if isinstance(exc, DestinationError | RetryableError | MissingDependencyError | OptionError):
-        return exc
-    code = str(getattr(exc, "error_code", "") or "")
-    status = getattr(exc, "status_code", None)
-    message = f"{where}: {code or type(exc).__name__} ({status})"
-    if code == "BlobAlreadyExists" or (
-        status == 409 and type(exc).__name__ == "ResourceExistsError"
-    ):
-        return _AlreadyExists(message, location=where)
-    if code == "ContainerNotFound":
-        return AzureContainerNotFoundError(
-            f"{where}: the container {container!r} does not exist; create it first",
-            location=where,
+@contextlib.contextmanager
+def _translate(location: str, container: str, secrets: tuple[str, ...]) -> Iterator[None]:
+    """The one boundary where Azure SDK errors become quixsinks errors.
+
+    Messages are built from the HTTP status and the service's error code, never from the
+    SDK's text (which can quote request URLs carrying a SAS token), and the SDK exception
+    is not chained, so tracebacks carry no credentials either.
+    """
+    try:
+        yield
+    except QuixSinksError:
+        raise
+    except Exception as exc:
+        error = _translated(exc, location, container, secrets)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _translated(
+    exc: Exception, location: str, container: str, secrets: tuple[str, ...]
+) -> QuixSinksError | None:
+    try:
+        exceptions = _import_sdk_exceptions()
+    except MissingDependencyError:  # pragma: no cover
+        return None
+    if isinstance(exc, exceptions.HttpResponseError):
+        response = getattr(exc, "response", None)
+        status = getattr(exc, "status_code", None) or getattr(response, "status_code", None)
+        headers = getattr(response, "headers", None) or {}
+        raw_code = getattr(exc, "error_code", None) or headers.get("x-ms-error-code") or ""
+        code = str(getattr(raw_code, "value", raw_code))  # the SDK gives a StorageErrorCode
+        request_id = headers.get("x-ms-request-id") or ""
+        detail = (
+            f"HTTP {status}"
+            + (f" {code}" if code else "")
+            + (f" (request id {request_id})" if request_id else "")
         )
-    if code == "BlobNotFound" or status == 404:
-        return DestinationNotFoundError(f"{where}: not found", location=where)
-    if status in (401, 403) or type(exc).__name__ == "ClientAuthenticationError":
-        return AzureContainerAccessDeniedError(
-            f"{where}: access denied ({code or status}); check azure_connection_string / "
-            "azure_account_key / azure_sas_token",
-            location=where,
+        if code in _CONTAINER_MISSING_CODES:
+            return AzureContainerNotFoundError(
+                f"{location}: the Azure container {container!r} does not exist; create it "
+                f"first, or fix the container in 'path' ({detail})",
+                location=location,
+            )
+        if status in (401, 403) or code in _ACCESS_DENIED_CODES:
+            return AzureContainerAccessDeniedError(
+                f"{location}: access denied to Azure container {container!r}: the credentials "
+                "are wrong, expired, or may not read, write, delete and list there "
+                f"({detail})",
+                location=location,
+            )
+        if status == 404:
+            return DestinationNotFoundError(f"{location}: not found ({detail})", location=location)
+        if status in (429, 502, 503, 504) or (status == 500 and code in _THROTTLING_CODES):
+            retry_after = _retry_after(headers)
+            message = f"{location}: Azure Blob Storage is busy, retry later ({detail})"
+            if retry_after is not None:
+                return SinkBackpressureError(retry_after, message)
+            return RetryableError(message)
+        return DestinationError(
+            f"{location}: Azure Blob Storage failed ({detail})", location=location
         )
-    if status in (500, 503) or code in ("ServerBusy", "OperationTimedOut", "InternalError"):
-        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-        retry_after = headers.get("Retry-After") if hasattr(headers, "get") else None
-        if retry_after and str(retry_after).isdigit():
-            return SinkBackpressureError(float(retry_after), message)
-        return RetryableError(message)
-    if type(exc).__module__.startswith(("azure.core", "urllib3", "requests")) and status is None:
-        return RetryableError(f"{where}: cannot reach Azure: {type(exc).__name__}")
-    if status is not None:
-        return DestinationError(message, location=where)
-    return exc
+    if isinstance(exc, (exceptions.ServiceRequestError, exceptions.ServiceResponseError)):
+        return RetryableError(
+            f"{location}: cannot reach Azure Blob Storage ({type(exc).__name__}: "
+            f"{_scrub(str(exc), secrets)})"
+        )
+    if isinstance(exc, exceptions.AzureError):
+        return DestinationError(
+            f"{location}: Azure Blob Storage failed ({type(exc).__name__}: "
+            f"{_scrub(str(exc), secrets)})",
+            location=location,
+        )
+    return None
+
+
+def _retry_after(headers: Any) -> float | None:
+    for name in ("Retry-After", "retry-after-ms", "x-ms-retry-after-ms"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            return None
+        return seconds / 1000 if name.endswith("-ms") else seconds
+    return None
+
+
+def _scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with query strings (SAS tokens) and known secret values cut out, shortened."""
+    text = re.sub(r"\?[^\s'\"]*", "?...", text)
+    text = re.sub(r"(?i)(sig|accountkey|sharedaccesssignature)=[^\s;&'\"]*", r"\1=***", text)
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first[:300]

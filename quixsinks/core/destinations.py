@@ -417,12 +417,13 @@ def destination_for(
     if scheme in ("abfs", "abfss", "az"):
         from .azure import AzureDestination
 
+        if scheme == "az" and rest.startswith("/") and creds.azure_container:
+            path = f"az://{creds.azure_container}{rest}"  # az:///prefix: container from options
         return AzureDestination.from_url(
             path,
             connection_string=creds.azure_connection_string,
             account_key=creds.azure_account_key,
             sas_token=creds.azure_sas_token,
-            container=creds.azure_container,
         )
     if scheme == "gs":
         from .gcs import GCSDestination

@@ -1,20 +1,41 @@
-"""S3 (and S3-compatible stores) as a :class:`~quixsinks.core.destinations.Destination`.
+"""S3 (and S3-compatible stores: MinIO, Ceph, R2...) as a :class:`Destination`.
 
-The commit protocol's primitives on S3: ``create_exclusive`` is ``PutObject`` with
-``If-None-Match: *`` (a 412 means another committer won), ``move`` is a server-side copy
-(multipart ``UploadPartCopy`` above 5 GB) then a delete, ``list`` pages through
-``ListObjectsV2``, and ``write_with`` streams through a multipart upload in bounded memory.
-boto3 is imported lazily; its clients live in a process-wide ClientCache (never pickled)
-with short timeouts and no retries of its own, so the sink's RetryPolicy is in charge.
-Every botocore error is translated in :func:`_translate`.
+Keys live under ``s3://<bucket>/<prefix>/``. The commit protocol's primitives map to:
+
+* ``create_exclusive``: ``PutObject`` with ``If-None-Match: *`` (412 -> False). A PutObject
+  is atomic, so the marker's content is complete when its key appears;
+* ``move``: server-side ``CopyObject`` (multipart ``UploadPartCopy`` above 5 GiB), then
+  ``DeleteObject``;
+* ``write_with``: a buffering writer that streams multipart parts of at least 8 MiB (one
+  ``PutObject`` when the whole object is smaller), so memory stays bounded;
+* ``list``: ``ListObjectsV2``, paginated; ``delete``: ``DeleteObjects``, 1,000 keys a call.
+
+Credentials: explicit keywords win; otherwise boto3's default chain (``AWS_ACCESS_KEY_ID``...,
+profiles, instance roles) runs where the client is made. The region is ``region_name``, else
+``AWS_REGION`` / ``AWS_DEFAULT_REGION``. Secrets are never shown in reprs, logs or errors.
+
+Every SDK error is translated in :meth:`S3Destination._sdk` (the one boundary): a missing
+bucket -> :class:`S3BucketNotFoundError`; refused or wrong credentials ->
+:class:`S3BucketAccessDeniedError`; throttling and server errors -> :class:`RetryableError`
+(:class:`SinkBackpressureError` when the answer says how long to wait), so the sink's
+:class:`~quixsinks.core.backpressure.RetryPolicy` is in charge; the SDK itself retries once
+at most, with short timeouts. Anything else -> :class:`DestinationError` with the location.
+
+boto3 is imported lazily (the ``s3`` extra); clients live in a per-process
+:class:`~quixsinks.core.clients.ClientCache`, never on the instance.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import os
+import re
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, NoReturn
 
 from .clients import ClientCache
 from .destinations import Destination
@@ -31,24 +52,110 @@ from .errors import (
 
 __all__ = ["S3Destination"]
 
-#: Multipart part size (S3 needs >= 5 MiB for every part but the last).
-PART_BYTES = 8 * 1024 * 1024
+#: Multipart parts are at least this big (S3's minimum is 5 MiB, except the last part).
+PART_SIZE = 8 * 1024 * 1024
+#: S3 allows 10,000 parts: the part size doubles every this many parts.
+_PARTS_PER_SIZE = 1000
+#: Largest object one CopyObject may copy; above it, UploadPartCopy.
+COPY_LIMIT = 5 * 1024**3
+#: Range of one UploadPartCopy.
+COPY_PART_SIZE = 512 * 1024**2
+#: DeleteObjects takes at most this many keys.
+DELETE_BATCH = 1000
+#: The SDK's own attempts per call (the first included): our RetryPolicy does the rest.
+SDK_MAX_ATTEMPTS = 2
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 30.0
 
-_CLIENTS: ClientCache[Any] = ClientCache("s3 clients", lambda c: c.close())
-_THROTTLE = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError"}
-_DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
+_SCHEMES = ("s3", "s3a")
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_NOT_FOUND_BUCKET = {"NoSuchBucket"}
+_NOT_FOUND_KEY = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
+_DENIED = {
+    "AccessDenied",
+    "403",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "AllAccessDisabled",
+    "AccountProblem",
+    "InvalidSecurity",
+}
+_RETRYABLE = {
+    "SlowDown",
+    "503",
+    "ServiceUnavailable",
+    "InternalError",
+    "500",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "429",
+    "OperationAborted",
+    "ConditionalRequestConflict",
+}
+
+#: What a bodyless answer (HEAD) means.
+_REASONS = {
+    403: "Forbidden (wrong credentials, or no permission on this bucket)",
+    404: "Not Found",
+}
+
+_CLIENTS: ClientCache[Any] = ClientCache("s3 clients", lambda client: client.close())
 
 
-def _boto3() -> Any:
-    try:
-        import boto3
-    except ImportError as exc:
-        raise MissingDependencyError("boto3", "s3") from exc
-    return boto3
+class _Secret:
+    """A credential that shows as ``***`` wherever it is printed."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Secret, (self._value,))
+
+
+def _secret(value: str | None) -> _Secret | None:
+    return None if value is None else _Secret(value)
+
+
+def _digest(secret: _Secret | None) -> str | None:
+    return None if secret is None else hashlib.sha256(secret.reveal().encode()).hexdigest()
 
 
 class S3Destination(Destination):
-    """Keys under ``s3://bucket/prefix``; credentials from the keywords or boto3's chain."""
+    """Objects under ``s3://bucket/prefix`` on AWS S3 or an S3-compatible store.
+
+    Args:
+        bucket: the bucket (it must exist: :meth:`check` says so otherwise).
+        prefix: a folder-like prefix under which every key lives ('' for the bucket root).
+        endpoint_url: another S3-compatible service (MinIO, Ceph, a test server); uses
+            path-style addressing and sends checksums only where the API requires them,
+            as most of those stores expect.
+        region_name: the bucket's region; default ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
+        aws_access_key_id, aws_secret_access_key, aws_session_token: explicit
+            credentials; without them boto3's default chain is used.
+    """
 
     def __init__(
         self,
@@ -61,310 +168,485 @@ class S3Destination(Destination):
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
     ) -> None:
+        if not bucket or "/" in bucket:
+            raise ValueError(f"invalid S3 bucket name {bucket!r}")
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        self.prefix = "/".join(p for p in prefix.split("/") if p)
         self.endpoint_url = endpoint_url
-        self.region_name = region_name
-        self._credentials = (aws_access_key_id, aws_secret_access_key, aws_session_token)
+        self.region_name = (
+            region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        )
+        self.aws_access_key_id = aws_access_key_id
+        self._secret_access_key = _secret(aws_secret_access_key)
+        self._session_token = _secret(aws_session_token)
 
     @classmethod
     def from_url(cls, url: str, **credentials: Any) -> S3Destination:
-        scheme, _, rest = url.partition("://")
+        """The destination an ``s3://bucket/prefix`` (or ``s3a://``) URL names.
+
+        ``credentials`` are the constructor's keywords (``endpoint_url``, ``region_name``,
+        ``aws_access_key_id``...). A malformed URL is an :class:`OptionError` on ``path``.
+        """
+        allowed = ("s3://bucket/prefix", "s3a://bucket/prefix")
+        scheme, sep, rest = url.partition("://")
         bucket, _, prefix = rest.partition("/")
-        if scheme.lower() not in ("s3", "s3a") or not bucket:
+        problem = None
+        if not sep or scheme.lower() not in _SCHEMES:
+            problem = "it is not an s3:// or s3a:// URL"
+        elif not bucket:
+            problem = "it names no bucket"
+        elif "@" in bucket or ":" in bucket:
+            problem = "credentials and ports do not belong in the URL (use the options)"
+        elif "?" in rest or "#" in rest:
+            problem = "S3 URLs take no query string or fragment"
+        elif not _BUCKET_NAME.match(bucket) or ".." in bucket:
+            problem = (
+                f"{bucket!r} is not a valid bucket name (3-63 lowercase letters, digits, "
+                "dots and hyphens, starting and ending with a letter or digit)"
+            )
+        if problem:
+            shown = re.sub(r"(://)[^/@]*@", r"\1***@", url)  # never echo credentials
             raise OptionError(
-                f"option 'path': {url!r} is not an S3 URL like s3://bucket/prefix",
+                f"option 'path': {shown!r} is not a valid S3 location: {problem}; "
+                "write e.g. s3://my-bucket/some/prefix",
                 option="path",
-                value=url,
+                value=shown,
+                allowed=allowed,
             )
         return cls(bucket, prefix, **credentials)
 
-    def __repr__(self) -> str:
-        return f"S3Destination({self.url!r}, endpoint_url={self.endpoint_url!r})"
+    # -- identity ---------------------------------------------------------------------------
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, S3Destination) and (self.url, self.endpoint_url) == (
-            other.url,
-            other.endpoint_url,
+    def __repr__(self) -> str:
+        extras = "".join(
+            f", {name}={value!r}"
+            for name, value in (
+                ("endpoint_url", self.endpoint_url),
+                ("region_name", self.region_name),
+                ("aws_access_key_id", self.aws_access_key_id),
+            )
+            if value is not None
+        )
+        if self._secret_access_key is not None:
+            extras += ", aws_secret_access_key='***'"
+        if self._session_token is not None:
+            extras += ", aws_session_token='***'"
+        return f"S3Destination({self.bucket!r}, {self.prefix!r}{extras})"
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (
+            self.bucket,
+            self.prefix,
+            self.endpoint_url,
+            self.region_name,
+            self.aws_access_key_id,
+            _digest(self._secret_access_key),
+            _digest(self._session_token),
         )
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, S3Destination) and other._identity() == self._identity()
+
     def __hash__(self) -> int:
-        return hash(self.url)
+        return hash(self._identity())
 
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
-    # ------------------------------------------------------------------ plumbing
+    def object_key(self, key: str) -> str:
+        """The full S3 key of ``key``; ``.``/``..`` components are refused."""
+        parts = [p for p in key.split("/") if p]
+        if not parts or any(p in (".", "..") for p in parts):
+            raise DestinationError(f"invalid key {key!r}", location=self.url)
+        return "/".join([self.prefix, *parts]) if self.prefix else "/".join(parts)
 
+    def _location(self, key: str | None = None) -> str:
+        if key is None:
+            return self.url
+        return f"s3://{self.bucket}/{key}"
+
+    # -- the client ---------------------------------------------------------------------------
+
+    def _client_key(self) -> tuple[Any, ...]:
+        return ("s3", self.endpoint_url, *self._identity()[3:])
+
+    @property
     def _client(self) -> Any:
-        key = (self.endpoint_url, self.region_name, _digest(self._credentials))
-        return _CLIENTS.get(key, self._new_client)
+        """This process's boto3 S3 client for these settings (made on first use)."""
+        return _CLIENTS.get(self._client_key(), self._make_client)
 
-    def _new_client(self) -> Any:
-        boto3 = _boto3()
-        from botocore.config import Config
-
-        key_id, secret, token = self._credentials
+    def _make_client(self) -> Any:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise MissingDependencyError("boto3", "s3") from None
+        options: dict[str, Any] = {
+            "connect_timeout": CONNECT_TIMEOUT,
+            "read_timeout": READ_TIMEOUT,
+            "retries": {"total_max_attempts": SDK_MAX_ATTEMPTS, "mode": "standard"},
+            "max_pool_connections": 32,
+        }
+        if self.endpoint_url is not None:
+            # MinIO-style stores: bucket in the path, not the host name; checksums only
+            # where the S3 API requires them (newer botocore sends CRC32 on every upload,
+            # which several S3-compatible stores refuse).
+            options["s3"] = {"addressing_style": "path"}
+            options["request_checksum_calculation"] = "when_required"
+            options["response_checksum_validation"] = "when_required"
         session = boto3.session.Session(
-            aws_access_key_id=key_id,
-            aws_secret_access_key=secret,
-            aws_session_token=token,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=(
+                self._secret_access_key.reveal() if self._secret_access_key else None
+            ),
+            aws_session_token=self._session_token.reveal() if self._session_token else None,
             region_name=self.region_name,
         )
-        config = Config(
-            connect_timeout=10,
-            read_timeout=60,
-            retries={"max_attempts": 2, "mode": "standard"},
-            max_pool_connections=16,
-        )
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        return session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
 
-    def _key(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if self.prefix else key
+    # -- the error boundary -----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _translate(self, key: str = "") -> Iterator[None]:
+    def _sdk(self, what: str, key: str | None = None) -> Iterator[None]:
+        """Translate every SDK error of ``what`` (on ``key``, or the bucket) to ours."""
+        try:
+            import botocore.exceptions as bex
+        except ImportError:
+            raise MissingDependencyError("boto3", "s3") from None
+        location = self._location(key)
         try:
             yield
-        except Exception as exc:
-            raise _translate(exc, self.bucket, f"{self.url}/{key}" if key else self.url) from exc
+        except bex.ClientError as exc:
+            self._raise_client_error(exc, what, location, key)
+        except (bex.NoCredentialsError, bex.PartialCredentialsError) as exc:
+            raise S3BucketAccessDeniedError(
+                f"{location}: {what} failed: no usable AWS credentials ({type(exc).__name__}); "
+                "set aws_access_key_id and aws_secret_access_key, or configure the default "
+                "credential chain (environment, profile, instance role)",
+                location=location,
+            ) from None
+        except (bex.ConnectionError, bex.HTTPClientError) as exc:
+            # timeouts, refused or dropped connections: transient as far as we can tell
+            raise RetryableError(f"{location}: {what} failed: {self._scrub(str(exc))}") from None
+        except bex.BotoCoreError as exc:
+            raise DestinationError(
+                f"{location}: {what} failed: {self._scrub(str(exc))}", location=location
+            ) from None
 
-    # ------------------------------------------------------------------ Destination
+    def _raise_client_error(self, exc: Any, what: str, location: str, key: str | None) -> NoReturn:
+        error = exc.response.get("Error", {})
+        meta = exc.response.get("ResponseMetadata", {})
+        code, status = _error_code(exc)
+        detail = self._scrub(str(error.get("Message") or "")) or _REASONS.get(
+            status or 0, f"HTTP {status}"
+        )
+        text = f"{location}: {what} failed: {code}: {detail}"
+        if code in _NOT_FOUND_BUCKET or (key is None and code in ("404", "NotFound")):
+            raise S3BucketNotFoundError(
+                f"{self.url}: the bucket {self.bucket!r} does not exist "
+                f"(or not in this region / endpoint); create it first ({code})",
+                location=self.url,
+            ) from None
+        if code in _NOT_FOUND_KEY:
+            raise DestinationNotFoundError(f"{location}: no such object", location=location)
+        if code in _DENIED or status == 403:
+            raise S3BucketAccessDeniedError(
+                f"{text}; check the credentials and that they may read, write, list and "
+                f"delete in bucket {self.bucket!r}",
+                location=location,
+            ) from None
+        if code in _RETRYABLE or status in (429, 500, 502, 503, 504):
+            headers = meta.get("HTTPHeaders", {})
+            retry_after = _retry_after(headers.get("retry-after"))
+            if retry_after is not None:
+                raise SinkBackpressureError(retry_after, text) from None
+            raise RetryableError(text) from None
+        raise DestinationError(text, location=location) from None
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with any secret of ours replaced (servers may echo what they received)."""
+        for secret in (self._secret_access_key, self._session_token):
+            if secret is not None and secret.reveal():
+                text = text.replace(secret.reveal(), "***")
+        return text
+
+    # -- Destination ----------------------------------------------------------------------------
 
     def check(self) -> None:
-        probe = "_quixsinks/probe"
-        with self._translate():
-            self._client().head_bucket(Bucket=self.bucket)
-        self.write_bytes(probe, b"")
-        self.delete([probe])
+        """The bucket exists and these credentials may write and delete under the prefix."""
+        with self._sdk("HeadBucket"):
+            self._client.head_bucket(Bucket=self.bucket)
+        probe = self.object_key(f"_quixsinks_probe-{uuid.uuid4().hex}")
+        with self._sdk("PutObject (write probe)", probe):
+            self._client.put_object(Bucket=self.bucket, Key=probe, Body=b"")
+        with self._sdk("DeleteObject (write probe)", probe):
+            self._client.delete_object(Bucket=self.bucket, Key=probe)
 
     def write_bytes(self, key: str, data: bytes) -> None:
-        with self._translate(key):
-            self._client().put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        full = self.object_key(key)
+        with self._sdk("PutObject", full):
+            self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
 
     def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
-        writer = _MultipartWriter(self, self._key(key))
+        writer = _UploadWriter(self, self.object_key(key))
         try:
-            with self._translate(key):
-                produce(cast(BinaryIO, writer))
-                writer.finish()
+            produce(writer)  # type: ignore[arg-type]
         except BaseException:
-            writer.cancel()
+            writer.abort()
             raise
+        writer.close()
         return writer.size
 
     def read_bytes(self, key: str) -> bytes:
-        with self._translate(key):
-            body = self._client().get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
-            data: bytes = body.read()
+        full = self.object_key(key)
+        with self._sdk("GetObject", full):
+            body = self._client.get_object(Bucket=self.bucket, Key=full)["Body"]
+            try:
+                data: bytes = body.read()
+            finally:
+                body.close()
             return data
 
-    def exists(self, key: str) -> bool:
-        return self.modified(key) is not None
-
-    def modified(self, key: str) -> float | None:
+    def _head(self, full: str) -> dict[str, Any] | None:
         try:
-            with self._translate(key):
-                head = self._client().head_object(Bucket=self.bucket, Key=self._key(key))
+            with self._sdk("HeadObject", full):
+                head: dict[str, Any] = self._client.head_object(Bucket=self.bucket, Key=full)
+                return head
+        except S3BucketNotFoundError:
+            raise
         except DestinationNotFoundError:
             return None
-        return float(head["LastModified"].timestamp())
+
+    def exists(self, key: str) -> bool:
+        return self._head(self.object_key(key)) is not None
+
+    def modified(self, key: str) -> float | None:
+        head = self._head(self.object_key(key))
+        return None if head is None else float(head["LastModified"].timestamp())
+
+    def _list_prefix(self, prefix: str) -> str:
+        parts = [p for p in prefix.split("/") if p]
+        folder = "/".join([self.prefix, *parts]) if self.prefix else "/".join(parts)
+        return folder + "/" if folder else ""
 
     def list(self, prefix: str = "") -> list[str]:
-        base = self._key(prefix.strip("/")) if prefix else self.prefix
-        full = f"{base}/" if base else ""
-        strip = len(self.prefix) + 1 if self.prefix else 0
+        full = self._list_prefix(prefix)
+        root = self._list_prefix("")
         keys: list[str] = []
-        with self._translate(prefix):
-            pages = self._client().get_paginator("list_objects_v2")
-            for page in pages.paginate(Bucket=self.bucket, Prefix=full):
-                keys.extend(item["Key"][strip:] for item in page.get("Contents", ()))
+        with self._sdk("ListObjectsV2", full or None):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full
+            )
+            for page in pages:
+                keys.extend(item["Key"][len(root) :] for item in page.get("Contents", ()))
         return sorted(keys)
 
     def delete(self, keys: Iterable[str]) -> None:
-        batch = [{"Key": self._key(k)} for k in keys]
-        with self._translate():
-            for start in range(0, len(batch), 1000):  # DeleteObjects takes 1,000 at most
-                answer = self._client().delete_objects(
+        full = [self.object_key(k) for k in keys]
+        for start in range(0, len(full), DELETE_BATCH):
+            chunk = full[start : start + DELETE_BATCH]
+            with self._sdk("DeleteObjects", chunk[0]):
+                answer = self._client.delete_objects(
                     Bucket=self.bucket,
-                    Delete={"Objects": batch[start : start + 1000], "Quiet": True},
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
                 )
-                errors = [e for e in answer.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
-                if errors:
-                    raise DestinationError(
-                        f"{self.url}: could not delete {errors[0].get('Key')}: "
-                        f"{errors[0].get('Code')} {errors[0].get('Message', '')}",
-                        location=self.url,
-                    )
+            errors = [e for e in answer.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+            if errors:  # per-key failures come in a 200 answer: through the boundary too
+                from botocore.exceptions import ClientError
+
+                first = errors[0]
+                error = {"Code": first.get("Code", ""), "Message": first.get("Message", "")}
+                with self._sdk(f"DeleteObjects ({len(errors)} key(s) failed)", first.get("Key")):
+                    raise ClientError({"Error": error}, "DeleteObjects")
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.delete(self.list(prefix))
 
     def move(self, src: str, dst: str) -> None:
-        client = self._client()
-        source = {"Bucket": self.bucket, "Key": self._key(src)}
-        with self._translate(src):
-            try:
-                client.copy_object(Bucket=self.bucket, Key=self._key(dst), CopySource=source)
-            except Exception as exc:  # over 5 GB: S3 wants a multipart copy
-                if "InvalidRequest" not in str(getattr(exc, "response", {}).get("Error", {})):
-                    raise
-                size = client.head_object(**source)["ContentLength"]
-                _multipart_copy(client, self.bucket, self._key(dst), source, size)
-            client.delete_object(**source)
+        source, target = self.object_key(src), self.object_key(dst)
+        head = self._head(source)
+        if head is None:
+            location = self._location(source)
+            raise DestinationNotFoundError(f"{location}: no such object", location=location)
+        size = int(head.get("ContentLength", 0))
+        copy_source = {"Bucket": self.bucket, "Key": source}
+        if size <= COPY_LIMIT:
+            with self._sdk("CopyObject", source):
+                self._client.copy_object(Bucket=self.bucket, Key=target, CopySource=copy_source)
+        else:
+            self._multipart_copy(copy_source, target, size)
+        with self._sdk("DeleteObject", source):
+            self._client.delete_object(Bucket=self.bucket, Key=source)
+
+    def _multipart_copy(self, copy_source: dict[str, str], target: str, size: int) -> None:
+        with self._sdk("CreateMultipartUpload", target):
+            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=target)[
+                "UploadId"
+            ]
+        try:
+            parts = []
+            for number, start in enumerate(range(0, size, COPY_PART_SIZE), start=1):
+                end = min(start + COPY_PART_SIZE, size) - 1
+                with self._sdk("UploadPartCopy", target):
+                    answer = self._client.upload_part_copy(
+                        Bucket=self.bucket,
+                        Key=target,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        CopySource=copy_source,
+                        CopySourceRange=f"bytes={start}-{end}",
+                    )
+                parts.append({"PartNumber": number, "ETag": answer["CopyPartResult"]["ETag"]})
+            with self._sdk("CompleteMultipartUpload", target):
+                self._client.complete_multipart_upload(
+                    Bucket=self.bucket,
+                    Key=target,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+        except BaseException:
+            self._abort_upload(target, upload_id)
+            raise
+
+    def _abort_upload(self, full: str, upload_id: str) -> None:
+        with contextlib.suppress(Exception):
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
-        try:
-            with self._translate(key):
-                self._client().put_object(
-                    Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
-                )
-        except _PreconditionFailed:
-            return False
-        return True
+        from botocore.exceptions import ClientError
+
+        full = self.object_key(key)
+        # 409 ConditionalRequestConflict: another conditional write of this key is in
+        # flight; asked again, S3 answers 412 (the other one won) or 200.
+        for attempt in range(5):
+            with self._sdk("PutObject (If-None-Match: *)", full):
+                try:
+                    self._client.put_object(
+                        Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*"
+                    )
+                    return True
+                except ClientError as exc:
+                    code, status = _error_code(exc)
+                    if code == "PreconditionFailed" or status == 412:
+                        return False
+                    if code != "ConditionalRequestConflict" or attempt == 4:
+                        raise
+            time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
-class _PreconditionFailed(DestinationError):
-    """412 (or 409 ConditionalRequestConflict) on a conditional write: the key exists."""
+def _error_code(exc: Any) -> tuple[str, int | None]:
+    """The error code and HTTP status of a botocore ClientError."""
+    meta = exc.response.get("ResponseMetadata", {})
+    status = meta.get("HTTPStatusCode")
+    return str(exc.response.get("Error", {}).get("Code") or status or ""), status
 
 
-class _MultipartWriter(io.RawIOBase):
-    """A write-only stream: one PutObject when small, else a multipart upload in
-    PART_BYTES parts (memory bounded by one part)."""
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (a number; HTTP dates are ignored)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
-    def __init__(self, dest: S3Destination, key: str) -> None:
-        self.dest = dest
-        self.key = key
-        self.buffer = bytearray()
-        self.parts: list[dict[str, Any]] = []
-        self.upload_id: str | None = None
+
+class _UploadWriter(io.RawIOBase):
+    """A write-only stream that uploads to S3 as it goes: parts of ``PART_SIZE`` and more
+    through a multipart upload, or one PutObject at close when the object is small.
+
+    At most one part is buffered. Until :meth:`close` completes the upload, the key is
+    not visible (nor replaced); :meth:`abort` drops what was uploaded.
+    """
+
+    def __init__(self, destination: S3Destination, full_key: str) -> None:
+        super().__init__()
+        self.destination = destination
+        self.key = full_key
         self.size = 0
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self._done = False
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.buffer += view
-        self.size += len(view)
-        while len(self.buffer) >= PART_BYTES:
-            self._upload_part(bytes(self.buffer[:PART_BYTES]))
-            del self.buffer[:PART_BYTES]
-        return len(view)
-
     def tell(self) -> int:
         return self.size
 
+    def write(self, data: Any) -> int:
+        if self.closed or self._done:
+            raise ValueError("write to a closed S3 upload")
+        view = memoryview(data).cast("B")
+        self._buffer += view
+        self.size += len(view)
+        while len(self._buffer) >= self._part_size():
+            size = self._part_size()
+            self._upload_part(bytes(self._buffer[:size]))
+            del self._buffer[:size]
+        return len(view)
+
+    def _part_size(self) -> int:
+        return PART_SIZE << (len(self._parts) // _PARTS_PER_SIZE)
+
     def _upload_part(self, data: bytes) -> None:
-        client = self.dest._client()
-        if self.upload_id is None:
-            self.upload_id = client.create_multipart_upload(Bucket=self.dest.bucket, Key=self.key)[
-                "UploadId"
-            ]
-        number = len(self.parts) + 1
-        answer = client.upload_part(
-            Bucket=self.dest.bucket,
-            Key=self.key,
-            UploadId=self.upload_id,
-            PartNumber=number,
-            Body=data,
-        )
-        self.parts.append({"PartNumber": number, "ETag": answer["ETag"]})
-
-    def finish(self) -> None:
-        client = self.dest._client()
-        if self.upload_id is None:
-            client.put_object(Bucket=self.dest.bucket, Key=self.key, Body=bytes(self.buffer))
-            return
-        if self.buffer:
-            self._upload_part(bytes(self.buffer))
-            self.buffer.clear()
-        client.complete_multipart_upload(
-            Bucket=self.dest.bucket,
-            Key=self.key,
-            UploadId=self.upload_id,
-            MultipartUpload={"Parts": self.parts},
-        )
-        self.upload_id = None
-
-    def cancel(self) -> None:
-        if self.upload_id is not None:
-            with contextlib.suppress(Exception):
-                self.dest._client().abort_multipart_upload(
-                    Bucket=self.dest.bucket, Key=self.key, UploadId=self.upload_id
-                )
-            self.upload_id = None
-
-
-def _multipart_copy(client: Any, bucket: str, key: str, source: dict[str, str], size: int) -> None:
-    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-    parts = []
-    part = 1024**3
-    try:
-        for number, start in enumerate(range(0, size, part), 1):
-            end = min(start + part, size) - 1
-            answer = client.upload_part_copy(
-                Bucket=bucket,
-                Key=key,
-                UploadId=upload,
+        dest, client = self.destination, self.destination._client
+        if self._upload_id is None:
+            with dest._sdk("CreateMultipartUpload", self.key):
+                self._upload_id = client.create_multipart_upload(Bucket=dest.bucket, Key=self.key)[
+                    "UploadId"
+                ]
+        number = len(self._parts) + 1
+        with dest._sdk("UploadPart", self.key):
+            answer = client.upload_part(
+                Bucket=dest.bucket,
+                Key=self.key,
+                UploadId=self._upload_id,
                 PartNumber=number,
-                CopySource=source,
-                CopySourceRange=f"bytes={start}-{end}",
+                Body=data,
             )
-            parts.append({"PartNumber": number, "ETag": answer["CopyPartResult"]["ETag"]})
-        client.complete_multipart_upload(
-            Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
-        )
-    except BaseException:
-        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
-        raise
+        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
 
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if not self._done:
+                self._finish()
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            super().close()
 
-def _digest(values: tuple[str | None, ...]) -> str:
-    import hashlib
+    def _finish(self) -> None:
+        dest = self.destination
+        if self._upload_id is None:
+            with dest._sdk("PutObject", self.key):
+                dest._client.put_object(Bucket=dest.bucket, Key=self.key, Body=bytes(self._buffer))
+        else:
+            if self._buffer:
+                self._upload_part(bytes(self._buffer))
+            with dest._sdk("CompleteMultipartUpload", self.key):
+                dest._client.complete_multipart_upload(
+                    Bucket=dest.bucket,
+                    Key=self.key,
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                )
+        self._buffer = bytearray()
+        self._done = True
 
-    return hashlib.sha256("\0".join(v or "" for v in values).encode()).hexdigest()
-
-
-def _translate(exc: Exception, bucket: str, where: str) -> Exception:
-    """The quixsinks error for a boto3/botocore exception (never with credentials)."""
-    if isinstance(exc, DestinationError | RetryableError | MissingDependencyError):
-        return exc
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        error = response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        message = f"{where}: {code or status} {error.get('Message', '')}".strip()
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412:
-            return _PreconditionFailed(message, location=where)
-        if code == "NoSuchBucket":
-            return S3BucketNotFoundError(
-                f"{where}: the bucket {bucket!r} does not exist; create it first",
-                location=where,
-            )
-        if code in ("NoSuchKey", "NoSuchUpload") or (code == "404" or status == 404):
-            return DestinationNotFoundError(f"{where}: not found", location=where)
-        if code in _DENIED or status == 403:
-            return S3BucketAccessDeniedError(
-                f"{where}: access denied ({code or status}); check the credentials "
-                "(aws_access_key_id / aws_secret_access_key or AWS_*) and the bucket policy",
-                location=where,
-            )
-        if code in _THROTTLE or status in (500, 503):
-            retry_after = (
-                response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("retry-after")
-            )
-            if retry_after and str(retry_after).isdigit():
-                return SinkBackpressureError(float(retry_after), message)
-            return RetryableError(message)
-        return DestinationError(message, location=where)
-    module = type(exc).__module__
-    if module.startswith(("botocore", "urllib3")) or isinstance(exc, OSError):
-        name = type(exc).__name__
-        if name in ("NoCredentialsError", "PartialCredentialsError"):
-            return S3BucketAccessDeniedError(
-                f"{where}: no AWS credentials found; set aws_access_key_id and "
-                "aws_secret_access_key (or AWS_*), or give the executors a role",
-                location=where,
-            )
-        return RetryableError(f"{where}: cannot reach S3: {name}: {exc}")
-    return exc
+    def abort(self) -> None:
+        """Drop the upload: nothing becomes visible."""
+        self._done = True
+        self._buffer = bytearray()
+        if self._upload_id is not None:
+            self.destination._abort_upload(self.key, self._upload_id)
+            self._upload_id = None
+        if not self.closed:
+            super().close()

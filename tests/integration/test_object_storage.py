@@ -64,8 +64,7 @@ def make_store(kind: str, request: pytest.FixtureRequest, *, bucket: str | None 
         server = request.getfixturevalue("azurite")
         if bucket is None:
             server.create_container(name)
-        opts = server.options()
-        return Store(f"az://{name}/out", {"azure_connection_string": opts["connection_string"]})
+        return Store(f"az://{name}/out", {"azure_connection_string": server.connection_string()})
     server = request.getfixturevalue("gcs_server")
     if bucket is None:
         server.create_bucket(name)
@@ -196,7 +195,10 @@ def test_a_wrong_azure_key_is_access_denied_before_any_task(
         spark.range(3)
         .write.format("file")
         .option("path", f"az://{name}/out")
-        .option("azure_connection_string", server.connection_string(key=wrong))
+        .option(
+            "azure_connection_string",
+            server.connection_string().replace(server.account_key, wrong),
+        )
     )
     with pytest.raises(Exception, match="access denied") as raised:
         writer.mode("append").save()
