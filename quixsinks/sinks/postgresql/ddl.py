@@ -14,7 +14,15 @@ from quixsinks.core.errors import DestinationNotFoundError, OptionError
 
 from .schema import LEDGER_TABLE, STAGING_REGISTRY, Column, TableSchema, compatible
 
-__all__ = ["ensure_ledger", "ensure_table", "existing_columns", "primary_key", "stage_tables"]
+__all__ = [
+    "create_stage",
+    "ensure_ledger",
+    "ensure_table",
+    "existing_columns",
+    "primary_key",
+    "stage_tables",
+    "tables_columns",
+]
 
 
 def _sql() -> Any:
@@ -51,6 +59,62 @@ def existing_columns(cur: Any, schema: str, table: str) -> dict[str, str] | None
         (schema, table),
     )
     return {} if cur.fetchone() else None
+
+
+def tables_columns(cur: Any, schema: str, tables: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Column name -> ``format_type`` of each existing table of ``tables``, in order (one
+    catalog query; a missing table is left out)."""
+    cur.execute(
+        """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY c.relname, a.attnum
+        """,
+        (schema, list(tables)),
+    )
+    out: dict[str, dict[str, str]] = {}
+    for table, name, kind in cur.fetchall():
+        out.setdefault(table, {})[name] = kind
+    return out
+
+
+def create_stage(
+    cur: Any,
+    ident: Any,
+    columns: Sequence[Column],
+    *,
+    row_column: str | None,
+    exists: bool,
+    temporary: bool = False,
+) -> None:
+    """A staging table holding exactly ``columns`` (the ones the sink writes, typed as in
+    the target), never ``LIKE`` the target: the target's other columns (NOT NULL, serial,
+    identity, defaulted, generated) are left to the target when the rows move. When the
+    table ``exists`` already (an earlier SinkBatch of the same task attempt), only the
+    columns it lacks are added."""
+    sql = _sql()
+    defs = [(c.name, c.pg_type) for c in columns]
+    if row_column is not None:
+        defs.append((row_column, "bigint"))
+    if exists:
+        for name, kind in defs:
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                    ident, sql.Identifier(name), sql.SQL(kind)
+                )
+            )
+        return
+    body = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind)) for name, kind in defs
+    )
+    if temporary:
+        statement = sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP")
+    else:
+        statement = sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})")
+    cur.execute(statement.format(ident, body))
 
 
 def primary_key(cur: Any, schema: str, table: str) -> list[str]:
