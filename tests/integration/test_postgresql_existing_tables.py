@@ -6,6 +6,7 @@ commits), without Spark, so that the order of the tasks is fixed; the server is 
 
 from __future__ import annotations
 
+import decimal
 import threading
 import time
 import uuid
@@ -221,3 +222,13 @@ def test_a_server_restart_during_a_stream_is_retried_and_every_row_lands_once(
     assert [r[0] for r in query(pg, "SELECT id FROM restarted ORDER BY id")] == ids
     assert query(pg, "SELECT count(*) FROM _quixsinks_ledger") == [(12,)]
     assert staging_tables(pg) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_column_binary_copy_cannot_fill_exactly_is_copied_as_csv(
+    pg: dict[str, Any], mode: str
+) -> None:
+    query(pg, "CREATE TABLE ids (id uuid, amount numeric, n bigint)")
+    uid = "5f0c2a4e-0000-4000-8000-000000000001"
+    write(pg, pa.table({"id": [uid], "amount": [0.5], "n": [1]}), table_name="ids", write_mode=mode)
+    assert query(pg, "SELECT id::text, amount, n FROM ids") == [(uid, decimal.Decimal("0.5"), 1)]

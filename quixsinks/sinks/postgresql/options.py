@@ -54,6 +54,11 @@ class PostgreSQLOptions(LedgerOptions):
         doc="exactly-once: stage, then one driver transaction with a ledger row; direct: "
         "COPY straight into the table (at-least-once, faster)",
     )
+    copy_format: Literal["binary", "csv"] = option(
+        "binary",
+        doc="How rows travel: binary COPY encoded from Arrow by pgpq (falls back to CSV for a "
+        "COPY whose columns it cannot map exactly, see docs), or CSV always",
+    )
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = option(
         "prefer", doc="libpq sslmode"
     )

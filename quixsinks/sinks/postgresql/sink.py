@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -36,7 +35,6 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
 from quixsinks.core.arrow import first_null
 from quixsinks.core.backpressure import RetryStats
@@ -48,6 +46,7 @@ from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from . import ddl
 from .client import connect, describe, import_psycopg2, translate
+from .copy import CopyData, copy_data
 from .options import PostgreSQLOptions
 from .schema import (
     LEDGER_TABLE,
@@ -57,7 +56,6 @@ from .schema import (
     TableSchema,
     check_not_null,
     column_plan,
-    copy_table,
     identifier_problem,
     stage_batch,
     stage_prefix,
@@ -66,7 +64,6 @@ from .schema import (
 
 __all__ = ["PostgreSQLSink", "StagedRows"]
 
-_CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
 #: SQLSTATEs that mean the target changed behind the sink's back (dropped table, schema or
 #: column): the process's "already ensured" entry is stale; refresh it and retry once
 _STALE_CODES = frozenset({"42P01", "3F000", "42703"})
@@ -442,14 +439,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     (stage, ctx.sink_id),
                 )
                 created[stage] = wanted
-            data = copy_table(batch, columns, rows, first_row)
-            batch.count("staged_rows", data.num_rows)
+            data = self._encode(batch, columns, rows, first_row)
+            batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
             self._copy_into(cur, ident, data)
             return stage
         if self._needs_conflict_clause():
             # direct upsert/do-nothing: through a temporary table and INSERT ... ON CONFLICT
-            data = copy_table(batch, columns, rows, first_row)
-            batch.count("staged_rows", data.num_rows)
+            data = self._encode(batch, columns, rows, first_row)
+            batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
             temp = sql.Identifier(
                 "_qs_direct_" + hashlib.sha1(str(table).encode()).hexdigest()[:16]
             )
@@ -459,19 +456,27 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             self._copy_into(cur, temp, data)
             cur.execute(self._insert_select(table, [(temp, 0)], [c.name for c in columns]))
         else:
-            self._copy_into(cur, target, copy_table(batch, columns, rows))
+            self._copy_into(cur, target, self._encode(batch, columns, rows, None))
         return table.name
 
+    def _encode(
+        self,
+        batch: SinkBatch,
+        columns: list[Column],
+        rows: pa.Array | None,
+        first_row: int | None,
+    ) -> CopyData:
+        binary = self.options.copy_format == "binary"
+        return copy_data(batch, columns, rows, first_row, binary=binary)
+
     @staticmethod
-    def _copy_into(cur: Any, target: Any, data: pa.Table) -> None:
+    def _copy_into(cur: Any, target: Any, data: CopyData) -> None:
         sql = import_psycopg2().sql
-        names = [sql.Identifier(n) for n in data.column_names]
-        out = pa.BufferOutputStream()
-        pa_csv.write_csv(data, out, write_options=_CSV)
-        statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
-            target, sql.SQL(", ").join(names)
+        names = sql.SQL(", ").join(sql.Identifier(n) for n in data.columns)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT {})").format(
+            target, names, sql.SQL(data.fmt)
         )
-        cur.copy_expert(statement, io.BytesIO(out.getvalue().to_pybytes()))
+        cur.copy_expert(statement, data.stream())
 
     def _needs_conflict_clause(self) -> bool:
         return self.options.upsert_on_primary_key or self.options.on_conflict_do_nothing
