@@ -39,7 +39,15 @@ import pyarrow.csv as pa_csv
 
 from quixsinks.core.batch import SinkBatch
 
-from .schema import ROW_COLUMN, Column, check_no_nul, column_arrays, json_text, sql_text
+from .schema import (
+    DELETE_COLUMN,
+    ROW_COLUMN,
+    Column,
+    check_no_nul,
+    column_arrays,
+    json_text,
+    sql_text,
+)
 
 __all__ = ["CopyData", "copy_data"]
 
@@ -76,16 +84,21 @@ def copy_data(
     rows: pa.Array | None = None,
     first_row: int | None = None,
     *,
+    delete: pa.Array | None = None,
     binary: bool = True,
 ) -> CopyData:
     """The COPY payload filling ``columns`` (and ROW_COLUMN from ``first_row``) with the
-    batch's rows (those at ``rows``, when given); binary where every column allows it."""
+    batch's rows (those at ``rows``, when given), and DELETE_COLUMN from ``delete``
+    (one flag per row of the batch); binary where every column allows it."""
     arrays = column_arrays(batch, columns, rows)
     if first_row is not None:
         n = batch.num_rows if rows is None else len(rows)
         arrays[ROW_COLUMN] = pa.array(range(first_row, first_row + n), pa.int64())
+    if delete is not None:
+        arrays[DELETE_COLUMN] = delete if rows is None else delete.take(rows)
     types = {c.name: c.pg_type for c in columns}
     types.setdefault(ROW_COLUMN, "bigint")
+    types.setdefault(DELETE_COLUMN, "boolean")
     if binary:
         encoded = _binary(arrays, types)
         if encoded is not None:

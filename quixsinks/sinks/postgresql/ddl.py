@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from quixsinks.core.errors import DestinationNotFoundError, OptionError
+from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 
 from .schema import LEDGER_TABLE, STAGING_REGISTRY, Column, TableSchema, compatible
 
@@ -86,19 +86,19 @@ def create_stage(
     ident: Any,
     columns: Sequence[Column],
     *,
-    row_column: str | None,
+    extra: Sequence[tuple[str, str]] = (),
     exists: bool,
     temporary: bool = False,
 ) -> None:
     """A staging table holding exactly ``columns`` (the ones the sink writes, typed as in
-    the target), never ``LIKE`` the target: the target's other columns (NOT NULL, serial,
-    identity, defaulted, generated) are left to the target when the rows move. When the
+    the target) and the sink's ``extra`` bookkeeping columns, never ``LIKE`` the target:
+    the target's other columns (NOT NULL, serial, identity, defaulted, generated) are
+    left to the target when the rows move. When the
     table ``exists`` already (an earlier SinkBatch of the same task attempt), only the
     columns it lacks are added."""
     sql = _sql()
     defs = [(c.name, c.pg_type) for c in columns]
-    if row_column is not None:
-        defs.append((row_column, "bigint"))
+    defs.extend(extra)
     if exists:
         for name, kind in defs:
             cur.execute(
@@ -182,17 +182,20 @@ def ensure_table(
     primary_key_columns: Sequence[str],
     auto_update: bool,
     json_values: bool = False,
+    contract: str = "evolve",
 ) -> list[Column]:
     """Make the target able to take ``columns``.
 
-    Creates the table when missing, adds missing nullable columns, adds the primary key
-    when the table has none; never alters an existing column. Returns the columns with
-    the types they have in the target.
+    Creates the table when missing, adds missing nullable columns (``contract`` evolve),
+    adds the primary key when the table has none; never alters an existing column.
+    Returns the columns the target takes, with the types they have there: under the
+    contracts discard_row and discard_value, the columns it lacks are left out.
 
     Raises:
         DestinationNotFoundError: the table is missing and auto_update is off.
         OptionError: a column's type conflicts with the table's, or a column is missing
             and auto_update is off.
+        RecordError: a column is missing and the contract is freeze.
     """
     sql = _sql()
     ident = sql.Identifier(table.schema, table.name)
@@ -230,6 +233,17 @@ def ensure_table(
                     option="table_name",
                     value=str(table),
                 )
+        if missing and contract == "freeze":
+            raise RecordError(
+                f"postgresql: table {table} lacks the columns "
+                f"{', '.join(c.name for c in missing)} and schema_contract is freeze; add "
+                "them to the table, or choose schema_contract evolve, discard_row or "
+                "discard_value",
+                column=missing[0].name,
+            )
+        if missing and contract in ("discard_row", "discard_value"):
+            columns = [c for c in columns if c.name in existing]
+            missing = []
         if missing and not auto_update:
             raise OptionError(
                 f"postgresql: table {table} lacks the columns "

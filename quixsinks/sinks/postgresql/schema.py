@@ -45,6 +45,7 @@ from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.formats import json_column
 
 __all__ = [
+    "DELETE_COLUMN",
     "LEDGER_TABLE",
     "MAX_IDENTIFIER_BYTES",
     "ROW_COLUMN",
@@ -68,6 +69,8 @@ STAGING_REGISTRY = "_quixsinks_staging"
 MAX_IDENTIFIER_BYTES = 63
 #: row order within a staging table (upsert only: the last row of a key wins)
 ROW_COLUMN = "__qs_row"
+#: whether a staged row deletes its primary key (delete_column only)
+DELETE_COLUMN = "__qs_delete"
 METADATA_TIMESTAMP = "timestamp"
 METADATA_KEY = "__key"
 

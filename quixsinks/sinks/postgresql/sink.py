@@ -49,12 +49,14 @@ from .client import connect, describe, import_psycopg2, translate
 from .copy import CopyData, copy_data
 from .options import PostgreSQLOptions
 from .schema import (
+    DELETE_COLUMN,
     LEDGER_TABLE,
     ROW_COLUMN,
     STAGING_REGISTRY,
     Column,
     TableSchema,
     check_not_null,
+    column_arrays,
     column_plan,
     identifier_problem,
     stage_batch,
@@ -155,6 +157,21 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     "postgresql: overwrite needs a fixed 'table_name', not 'table_name_column'",
                     option="table_name_column",
                 )
+        if opts.delete_column is not None:
+            field = schema.field(opts.delete_column) if opts.delete_column in schema.names else None
+            if field is None or not (
+                pa.types.is_boolean(field.type)
+                or pa.types.is_string(field.type)
+                or pa.types.is_large_string(field.type)
+            ):
+                raise OptionError(
+                    f"option 'delete_column' must name a boolean or text column of the "
+                    f"DataFrame; {opts.delete_column!r} is "
+                    + (f"of type {field.type}" if field is not None else "not among its columns"),
+                    option="delete_column",
+                    value=opts.delete_column,
+                )
+            exclude.append(opts.delete_column)
         if self.overwrite and opts.write_mode == "direct":
             raise OptionError(
                 "postgresql: overwrite needs write_mode=exactly-once (the truncate and the load "
@@ -210,6 +227,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             primary_key_columns=self.options.primary_key_columns,
             auto_update=self.options.schema_auto_update,
             json_values=self.columns is None,
+            contract=self.options.schema_contract,
         )
 
     def _forget(self, table_names: list[str]) -> None:
@@ -339,7 +357,12 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             # DDL first (it commits), then every COPY of this batch in one transaction
             typed = {name: self._ensure(cur, name, columns) for name, _ in targets}
             for table_name, rows in targets:
-                stage = self._copy(cur, batch, table_name, typed[table_name], rows, created)
+                kept = typed[table_name]
+                if len(kept) < len(columns):  # schema_contract discard_row / discard_value
+                    rows = self._discard(batch, columns, kept, rows)
+                    if rows is not None and len(rows) == 0:
+                        continue
+                stage = self._copy(cur, batch, table_name, kept, rows, created)
                 count = len(rows) if rows is not None else batch.num_rows
                 staged.tables[table_name] = (stage, count)
         conn.commit()
@@ -347,6 +370,32 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         for stage, names in created.items():
             known.setdefault(stage, set()).update(names)
         return staged
+
+    def _discard(
+        self,
+        batch: SinkBatch,
+        columns: list[Column],
+        kept: list[Column],
+        rows: pa.Array | None,
+    ) -> pa.Array | None:
+        """The rows to write when the table lacks some ``columns``: all of them for
+        discard_value (those columns are not written), only the rows without a value in
+        any of them for discard_row."""
+        names = {c.name for c in kept}
+        dropped = [c for c in columns if c.name not in names]
+        batch.count("discarded_columns", len(dropped))
+        if self.options.schema_contract != "discard_row":
+            return rows
+        arrays = column_arrays(batch, dropped)
+        mask = None
+        for array in arrays.values():
+            empty = pc.is_null(array)
+            mask = empty if mask is None else pc.and_(mask, empty)
+        assert mask is not None
+        keep = pc.indices_nonzero(mask) if rows is None else rows.filter(mask.take(rows))
+        total = batch.num_rows if rows is None else len(rows)
+        batch.count("discarded_rows", total - len(keep))
+        return keep if len(keep) < total else rows
 
     @staticmethod
     def _stages_made(batch: SinkBatch) -> dict[str, set[str]]:
@@ -419,7 +468,9 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         target = sql.Identifier(table.schema, table.name)
         upsert = self.options.upsert_on_primary_key
         first_row = batch.counters.get("staged_rows", 0) if upsert else None
-        row_column = ROW_COLUMN if upsert else None
+        extra = [(ROW_COLUMN, "bigint")] if upsert else []
+        if self.options.delete_column is not None:
+            extra.append((DELETE_COLUMN, "boolean"))
         if self.options.write_mode == "exactly-once":
             ctx = batch.context
             stage = stage_table_name(ctx.sink_id, ctx.batch_id, table, ctx.attempt_id)
@@ -428,9 +479,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             known = self._stages_made(batch).get(stage)
             wanted = {c.name for c in columns}
             if known is None or not wanted <= known:
-                ddl.create_stage(
-                    cur, ident, columns, row_column=row_column, exists=known is not None
-                )
+                ddl.create_stage(cur, ident, columns, extra=extra, exists=known is not None)
                 cur.execute(
                     sql.SQL(
                         "INSERT INTO {} (table_name, sink_id) VALUES (%s, %s) "
@@ -450,9 +499,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             temp = sql.Identifier(
                 "_qs_direct_" + hashlib.sha1(str(table).encode()).hexdigest()[:16]
             )
-            ddl.create_stage(
-                cur, temp, columns, row_column=row_column, exists=False, temporary=True
-            )
+            ddl.create_stage(cur, temp, columns, extra=extra, exists=False, temporary=True)
             self._copy_into(cur, temp, data)
             cur.execute(self._insert_select(table, [(temp, 0)], [c.name for c in columns]))
         else:
@@ -467,7 +514,19 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         first_row: int | None,
     ) -> CopyData:
         binary = self.options.copy_format == "binary"
-        return copy_data(batch, columns, rows, first_row, binary=binary)
+        delete = self._delete_flags(batch) if self.options.delete_column is not None else None
+        return copy_data(batch, columns, rows, first_row, delete=delete, binary=binary)
+
+    def _delete_flags(self, batch: SinkBatch) -> pa.Array:
+        """Per row: whether it deletes its key (delete_column true, or 'd'/'delete')."""
+        assert self.options.delete_column is not None
+        column = batch.column(self.options.delete_column)
+        if pa.types.is_boolean(column.type):
+            flags = column
+        else:
+            text = pc.utf8_lower(pc.cast(column, pa.string()))
+            flags = pc.is_in(text, pa.array(["d", "delete"]))
+        return pc.fill_null(flags, False)
 
     @staticmethod
     def _copy_into(cur: Any, target: Any, data: CopyData) -> None:
@@ -492,14 +551,18 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         target = sql.Identifier(table.schema, table.name)
         if opts.upsert_on_primary_key:
             row = sql.Identifier(ROW_COLUMN)
+            delete = sql.Identifier(DELETE_COLUMN)
+            deletes = opts.delete_column is not None
+            picked = sql.SQL(", {}").format(delete) if deletes else sql.SQL("")
             union = sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT {}, {} AS __qs_partition, {} FROM {}").format(
-                    cols, sql.Literal(partition), row, source
+                sql.SQL("SELECT {}{}, {} AS __qs_partition, {} FROM {}").format(
+                    cols, picked, sql.Literal(partition), row, source
                 )
                 for source, partition in sources
             )
-            pk = sql.SQL(", ").join(sql.Identifier(c) for c in opts.primary_key_columns)
-            updates = [c for c in columns if c not in opts.primary_key_columns]
+            pk_names = list(opts.primary_key_columns)
+            pk = sql.SQL(", ").join(sql.Identifier(c) for c in pk_names)
+            updates = [c for c in columns if c not in pk_names]
             action = (
                 sql.SQL("DO UPDATE SET ")
                 + sql.SQL(", ").join(
@@ -509,10 +572,32 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 else sql.SQL("DO NOTHING")
             )
             # the last row of each key wins: the latest partition, then the latest row
+            last = sql.SQL(
+                "SELECT DISTINCT ON ({pk}) {cols}{picked} FROM ({union}) s "
+                "ORDER BY {pk}, __qs_partition DESC, {row} DESC"
+            ).format(pk=pk, cols=cols, picked=picked, union=union, row=row)
+            if not deletes:
+                return sql.SQL("INSERT INTO {} ({}) {} ON CONFLICT ({}) {}").format(
+                    target, cols, last, pk, action
+                )
+            # a key whose last row deletes it is deleted, the others upserted: one
+            # statement, so both see the same snapshot (their keys are disjoint)
+            matches = sql.SQL(" AND ").join(
+                sql.SQL("t.{0} = l.{0}").format(sql.Identifier(c)) for c in pk_names
+            )
             return sql.SQL(
-                "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({pk}) {cols} FROM ({union}) s "
-                "ORDER BY {pk}, __qs_partition DESC, {row} DESC ON CONFLICT ({pk}) {action}"
-            ).format(target=target, cols=cols, pk=pk, union=union, row=row, action=action)
+                "WITH l AS MATERIALIZED ({last}), d AS (DELETE FROM {target} t USING l "
+                "WHERE l.{delete} AND {matches}) INSERT INTO {target} ({cols}) "
+                "SELECT {cols} FROM l WHERE NOT l.{delete} ON CONFLICT ({pk}) {action}"
+            ).format(
+                last=last,
+                target=target,
+                delete=delete,
+                matches=matches,
+                cols=cols,
+                pk=pk,
+                action=action,
+            )
         union = sql.SQL(" UNION ALL ").join(
             sql.SQL("SELECT {} FROM {}").format(cols, source) for source, _ in sources
         )
@@ -607,7 +692,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         union: dict[str, str] = {}
         runs: list[tuple[list[str], list[tuple[Any, int]]]] = []
         for stage, partition in sources:
-            names = [c for c in stage_columns[stage] if c != ROW_COLUMN]
+            names = [c for c in stage_columns[stage] if c not in (ROW_COLUMN, DELETE_COLUMN)]
             for c in names:
                 union.setdefault(c, stage_columns[stage][c])
             ident = sql.Identifier(table.schema, stage)
@@ -616,9 +701,10 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             else:
                 runs.append((names, [(ident, partition)]))
         # the target may have been dropped or altered since the tasks checked it
-        self._ensure_now(cur, table.name, [Column(n, t, "value") for n, t in union.items()])
+        typed = self._ensure_now(cur, table.name, [Column(n, t, "value") for n, t in union.items()])
+        taken = {c.name for c in typed}  # a discard contract may leave some out
         for names, run in runs:
-            cur.execute(self._insert_select(table, run, names))
+            cur.execute(self._insert_select(table, run, [n for n in names if n in taken]))
 
     def _fence(self, cur: Any, context: CommitContext) -> None:
         """Serialise the sink id's commits, then apply the ledger's fencing rule."""
