@@ -1,8 +1,10 @@
 """The PostgreSQL sink: COPY into staging tables on executors, one transaction on the driver.
 
-Executor (``write``): the rows of a SinkBatch are converted to CSV by Arrow and loaded
-with ``COPY ... FROM STDIN`` into an UNLOGGED staging table of this task attempt
-(``_qs_<sink>_<batch>_<target>_<attempt>``, shaped ``LIKE`` the target), in one
+Executor (``write``): the rows of a SinkBatch are encoded from Arrow (binary COPY by
+pgpq, CSV where it cannot map a column, see ``copy.py``) and loaded with ``COPY ... FROM
+STDIN`` into an UNLOGGED staging table of this task attempt
+(``_qs_<sink>_<batch>_<target>_<attempt>``, holding only the columns the sink writes, so
+that the target's defaults, identities and generated columns apply), in one
 transaction per SinkBatch (a retried write leaves nothing behind). No per-row
 bookkeeping: the table's name says whose rows they are.
 
