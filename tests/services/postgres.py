@@ -130,6 +130,21 @@ class PostgresServer(Service):
             self.tmpdir = None
             self.pid = None
 
+    def restart(self) -> None:
+        """Restart the server (``pg_ctl restart --mode=fast``) on the same port and settings:
+        every open connection is cut, as in a server crash or failover."""
+        if self.tmpdir is None:
+            raise RuntimeError("PostgresServer is not started")
+        result = self._pg_ctl(
+            "restart", "--mode=fast", f"--timeout={self.start_timeout}", f"--log={self.logfile}"
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"pg_ctl restart failed (exit {result.returncode}): {result.stdout.strip()} "
+                f"{result.stderr.strip()}\n--- server log (tail) ---\n{self._log_tail()}"
+            )
+        self.pid = int((self.datadir / "postmaster.pid").read_text(encoding="utf-8").split()[0])
+
     # -- client helpers -------------------------------------------------------------------
 
     def dsn(self, dbname: str | None = None) -> str:

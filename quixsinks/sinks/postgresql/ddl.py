@@ -10,11 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from quixsinks.core.errors import DestinationNotFoundError, OptionError
+from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 
 from .schema import LEDGER_TABLE, STAGING_REGISTRY, Column, TableSchema, compatible
 
-__all__ = ["ensure_ledger", "ensure_table", "existing_columns", "primary_key", "stage_tables"]
+__all__ = [
+    "create_stage",
+    "ensure_ledger",
+    "ensure_table",
+    "existing_columns",
+    "primary_key",
+    "stage_tables",
+    "tables_columns",
+]
 
 
 def _sql() -> Any:
@@ -51,6 +59,62 @@ def existing_columns(cur: Any, schema: str, table: str) -> dict[str, str] | None
         (schema, table),
     )
     return {} if cur.fetchone() else None
+
+
+def tables_columns(cur: Any, schema: str, tables: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Column name -> ``format_type`` of each existing table of ``tables``, in order (one
+    catalog query; a missing table is left out)."""
+    cur.execute(
+        """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY c.relname, a.attnum
+        """,
+        (schema, list(tables)),
+    )
+    out: dict[str, dict[str, str]] = {}
+    for table, name, kind in cur.fetchall():
+        out.setdefault(table, {})[name] = kind
+    return out
+
+
+def create_stage(
+    cur: Any,
+    ident: Any,
+    columns: Sequence[Column],
+    *,
+    extra: Sequence[tuple[str, str]] = (),
+    exists: bool,
+    temporary: bool = False,
+) -> None:
+    """A staging table holding exactly ``columns`` (the ones the sink writes, typed as in
+    the target) and the sink's ``extra`` bookkeeping columns, never ``LIKE`` the target:
+    the target's other columns (NOT NULL, serial, identity, defaulted, generated) are
+    left to the target when the rows move. When the
+    table ``exists`` already (an earlier SinkBatch of the same task attempt), only the
+    columns it lacks are added."""
+    sql = _sql()
+    defs = [(c.name, c.pg_type) for c in columns]
+    defs.extend(extra)
+    if exists:
+        for name, kind in defs:
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                    ident, sql.Identifier(name), sql.SQL(kind)
+                )
+            )
+        return
+    body = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind)) for name, kind in defs
+    )
+    if temporary:
+        statement = sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP")
+    else:
+        statement = sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})")
+    cur.execute(statement.format(ident, body))
 
 
 def primary_key(cur: Any, schema: str, table: str) -> list[str]:
@@ -118,17 +182,20 @@ def ensure_table(
     primary_key_columns: Sequence[str],
     auto_update: bool,
     json_values: bool = False,
+    contract: str = "evolve",
 ) -> list[Column]:
     """Make the target able to take ``columns``.
 
-    Creates the table when missing, adds missing nullable columns, adds the primary key
-    when the table has none; never alters an existing column. Returns the columns with
-    the types they have in the target.
+    Creates the table when missing, adds missing nullable columns (``contract`` evolve),
+    adds the primary key when the table has none; never alters an existing column.
+    Returns the columns the target takes, with the types they have there: under the
+    contracts discard_row and discard_value, the columns it lacks are left out.
 
     Raises:
         DestinationNotFoundError: the table is missing and auto_update is off.
         OptionError: a column's type conflicts with the table's, or a column is missing
             and auto_update is off.
+        RecordError: a column is missing and the contract is freeze.
     """
     sql = _sql()
     ident = sql.Identifier(table.schema, table.name)
@@ -166,6 +233,17 @@ def ensure_table(
                     option="table_name",
                     value=str(table),
                 )
+        if missing and contract == "freeze":
+            raise RecordError(
+                f"postgresql: table {table} lacks the columns "
+                f"{', '.join(c.name for c in missing)} and schema_contract is freeze; add "
+                "them to the table, or choose schema_contract evolve, discard_row or "
+                "discard_value",
+                column=missing[0].name,
+            )
+        if missing and contract in ("discard_row", "discard_value"):
+            columns = [c for c in columns if c.name in existing]
+            missing = []
         if missing and not auto_update:
             raise OptionError(
                 f"postgresql: table {table} lacks the columns "

@@ -46,6 +46,19 @@ class PostgreSQLOptions(LedgerOptions):
     on_conflict_do_nothing: bool = option(
         False, doc="INSERT ... ON CONFLICT DO NOTHING: keep the rows already there"
     )
+    delete_column: str | None = option(
+        None,
+        doc="Change streams: a boolean column (true: delete), or a text op column ('d' or "
+        "'delete', any case: delete), whose delete rows remove their primary key from the "
+        "table in the same transaction; needs upsert_on_primary_key (the last row of a key "
+        "wins: an upsert or a delete); the column itself is not written",
+    )
+    schema_contract: Literal["evolve", "freeze", "discard_row", "discard_value"] = option(
+        "evolve",
+        doc="A column the existing table lacks (dlt's names): evolve adds it; freeze fails "
+        "the write; discard_row drops the rows that have a value in it; discard_value "
+        "drops its values (a new table is always created with every column)",
+    )
     include_metadata: bool = option(
         True, doc="Add the columns `timestamp` (record time) and `__key` (record key)"
     )
@@ -53,6 +66,11 @@ class PostgreSQLOptions(LedgerOptions):
         "exactly-once",
         doc="exactly-once: stage, then one driver transaction with a ledger row; direct: "
         "COPY straight into the table (at-least-once, faster)",
+    )
+    copy_format: Literal["binary", "csv"] = option(
+        "binary",
+        doc="How rows travel: binary COPY encoded from Arrow by pgpq (falls back to CSV for a "
+        "COPY whose columns it cannot map exactly, see docs), or CSV always",
     )
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = option(
         "prefer", doc="libpq sslmode"
@@ -84,6 +102,13 @@ class PostgreSQLOptions(LedgerOptions):
             raise OptionError(
                 "'upsert_on_primary_key' needs 'primary_key_columns'",
                 option="primary_key_columns",
+            )
+        if self.delete_column is not None and not self.upsert_on_primary_key:
+            raise OptionError(
+                "'delete_column' needs upsert_on_primary_key=true (and primary_key_columns): "
+                "a delete removes the row of its primary key, the last row of a key wins",
+                option="delete_column",
+                value=self.delete_column,
             )
         for name, value in (("table_name", self.table_name), ("schema_name", self.schema_name)):
             problem = identifier_problem(value) if value is not None else None

@@ -45,15 +45,19 @@ from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.formats import json_column
 
 __all__ = [
+    "DELETE_COLUMN",
     "LEDGER_TABLE",
     "MAX_IDENTIFIER_BYTES",
     "ROW_COLUMN",
     "STAGING_REGISTRY",
     "Column",
     "TableSchema",
+    "check_no_nul",
+    "column_arrays",
     "column_plan",
-    "copy_table",
+    "json_text",
     "pg_type",
+    "sql_text",
     "stage_prefix",
     "stage_table_name",
 ]
@@ -65,6 +69,8 @@ STAGING_REGISTRY = "_quixsinks_staging"
 MAX_IDENTIFIER_BYTES = 63
 #: row order within a staging table (upsert only: the last row of a key wins)
 ROW_COLUMN = "__qs_row"
+#: whether a staged row deletes its primary key (delete_column only)
+DELETE_COLUMN = "__qs_delete"
 METADATA_TIMESTAMP = "timestamp"
 METADATA_KEY = "__key"
 
@@ -250,7 +256,8 @@ def stage_batch(name: str, sink_id: str) -> int | None:
 _JSON_NUL = r"(^|[^\\])(\\\\)*\\u0000"
 
 
-def _check_no_nul(text: pa.Array, name: str, pattern: str | None = None) -> None:
+def check_no_nul(text: pa.Array, name: str, pattern: str | None = None) -> None:
+    """RecordError for a NUL in a text column (or, with ``pattern``, its JSON escape)."""
     if pattern is None:
         found = pc.match_substring(text, "\x00")
     else:
@@ -265,20 +272,26 @@ def _check_no_nul(text: pa.Array, name: str, pattern: str | None = None) -> None
         )
 
 
-def _sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
+def json_text(column: pa.Array, name: str, *, strict: bool) -> pa.Array:
+    """A nested (or JSON) column as JSON text, nulls kept; ``strict`` for json/jsonb,
+    which refuse an escaped NUL too."""
+    text = pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
+    check_no_nul(text, name, _JSON_NUL if strict else None)
+    return text
+
+
+def sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
     """A column as COPY (CSV) will read it for a column of type ``pg``."""
     t = column.type
     if pg in ("jsonb", "json") or pa.types.is_nested(t):
-        text = pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
-        _check_no_nul(text, name, _JSON_NUL if pg in ("jsonb", "json") else None)
-        return text
+        return json_text(column, name, strict=pg in ("jsonb", "json"))
     if pg == "bytea":
         hexed = [None if v is None else "\\x" + bytes(v).hex() for v in column.to_pylist()]
         return pa.array(hexed, pa.string())
     if pa.types.is_dictionary(t):
-        return _sql_text(column.dictionary_decode(), pg, name)
+        return sql_text(column.dictionary_decode(), pg, name)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        _check_no_nul(column, name)
+        check_no_nul(column, name)
         return column
     if pa.types.is_timestamp(t) and t.tz:
         # the same instant without its zone: Arrow writes naive timestamps to CSV much
@@ -287,18 +300,10 @@ def _sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
     return column
 
 
-def copy_table(
-    batch: SinkBatch,
-    columns: Sequence[Column],
-    rows: pa.Array | None = None,
-    first_row: int | None = None,
-) -> pa.Table:
-    """The Arrow table whose CSV COPY fills ``columns``.
-
-    Args:
-        rows: indices of the batch's rows to take (one table of a table_name_column).
-        first_row: number the rows from here in ROW_COLUMN (upsert staging), or None.
-    """
+def column_arrays(
+    batch: SinkBatch, columns: Sequence[Column], rows: pa.Array | None = None
+) -> dict[str, pa.Array]:
+    """The batch's values of ``columns`` as Arrow arrays (only ``rows``, when given)."""
     values = batch.values()
     out: dict[str, pa.Array] = {}
     for col in columns:
@@ -310,11 +315,8 @@ def copy_table(
             array = values.column(col.name).combine_chunks()
         if rows is not None:
             array = array.take(rows)
-        out[col.name] = _sql_text(array, col.pg_type, col.name)
-    if first_row is not None:
-        n = batch.num_rows if rows is None else len(rows)
-        out[ROW_COLUMN] = pa.array(range(first_row, first_row + n), pa.int64())
-    return pa.table(out)
+        out[col.name] = array
+    return out
 
 
 def check_not_null(batch: SinkBatch, columns: Sequence[Column], required: Sequence[str]) -> None:

@@ -1,8 +1,10 @@
 """The PostgreSQL sink: COPY into staging tables on executors, one transaction on the driver.
 
-Executor (``write``): the rows of a SinkBatch are converted to CSV by Arrow and loaded
-with ``COPY ... FROM STDIN`` into an UNLOGGED staging table of this task attempt
-(``_qs_<sink>_<batch>_<target>_<attempt>``, shaped ``LIKE`` the target), in one
+Executor (``write``): the rows of a SinkBatch are encoded from Arrow (binary COPY by
+pgpq, CSV where it cannot map a column, see ``copy.py``) and loaded with ``COPY ... FROM
+STDIN`` into an UNLOGGED staging table of this task attempt
+(``_qs_<sink>_<batch>_<target>_<attempt>``, holding only the columns the sink writes, so
+that the target's defaults, identities and generated columns apply), in one
 transaction per SinkBatch (a retried write leaves nothing behind). No per-row
 bookkeeping: the table's name says whose rows they are.
 
@@ -27,34 +29,37 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
 from quixsinks.core.arrow import first_null
+from quixsinks.core.backpressure import RetryStats
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, MachineSlots, client_key
-from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
+from quixsinks.core.errors import CommitError, OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import fence_owners
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from . import ddl
 from .client import connect, describe, import_psycopg2, translate
+from .copy import CopyData, copy_data
 from .options import PostgreSQLOptions
 from .schema import (
+    DELETE_COLUMN,
     LEDGER_TABLE,
     ROW_COLUMN,
     STAGING_REGISTRY,
     Column,
     TableSchema,
     check_not_null,
+    column_arrays,
     column_plan,
-    copy_table,
     identifier_problem,
     stage_batch,
     stage_prefix,
@@ -63,9 +68,47 @@ from .schema import (
 
 __all__ = ["PostgreSQLSink", "StagedRows"]
 
-_CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
-# Columns ensured in this process: (database, schema, table, columns) -> typed columns
-_ENSURED: dict[tuple[Any, ...], list[Column]] = {}
+#: SQLSTATEs that mean the target changed behind the sink's back (dropped table, schema or
+#: column): the process's "already ensured" entry is stale; refresh it and retry once
+_STALE_CODES = frozenset({"42P01", "3F000", "42703"})
+
+
+class EnsuredTables:
+    """Tables this process has made able to take a column list, so that a task does not
+    lock and read the catalog for every SinkBatch: (database, schema, table, columns) ->
+    the columns typed as in the target. Least recently used entries go first beyond
+    ``max_size`` (one entry per table and column list: ``table_name_column`` can name
+    many tables); :meth:`forget` drops a table's entries when it changed."""
+
+    def __init__(self, max_size: int = 1024) -> None:
+        self.max_size = max_size
+        self._entries: OrderedDict[tuple[Any, ...], list[Column]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[Any, ...]) -> list[Column] | None:
+        with self._lock:
+            typed = self._entries.get(key)
+            if typed is not None:
+                self._entries.move_to_end(key)
+            return typed
+
+    def put(self, key: tuple[Any, ...], typed: list[Column]) -> None:
+        with self._lock:
+            self._entries[key] = typed
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_size:
+                self._entries.popitem(last=False)
+
+    def forget(self, database: str, schema: str, table: str) -> None:
+        with self._lock:
+            for key in [k for k in self._entries if k[:3] == (database, schema, table)]:
+                del self._entries[key]
+
+
+_ENSURED = EnsuredTables()
 # Executor connections, reused by the tasks of one Python worker process
 _CONNECTIONS: ClientCache[Any] = ClientCache("postgresql connections", lambda c: c.close())
 
@@ -116,6 +159,21 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     "postgresql: overwrite needs a fixed 'table_name', not 'table_name_column'",
                     option="table_name_column",
                 )
+        if opts.delete_column is not None:
+            field = schema.field(opts.delete_column) if opts.delete_column in schema.names else None
+            if field is None or not (
+                pa.types.is_boolean(field.type)
+                or pa.types.is_string(field.type)
+                or pa.types.is_large_string(field.type)
+            ):
+                raise OptionError(
+                    f"option 'delete_column' must name a boolean or text column of the "
+                    f"DataFrame; {opts.delete_column!r} is "
+                    + (f"of type {field.type}" if field is not None else "not among its columns"),
+                    option="delete_column",
+                    value=opts.delete_column,
+                )
+            exclude.append(opts.delete_column)
         if self.overwrite and opts.write_mode == "direct":
             raise OptionError(
                 "postgresql: overwrite needs write_mode=exactly-once (the truncate and the load "
@@ -158,17 +216,25 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         key = (describe(self.options), self.options.schema_name, table_name, tuple(columns))
         typed = _ENSURED.get(key)
         if typed is None:
-            typed = ddl.ensure_table(
-                cur,
-                self._table(table_name),
-                columns,
-                primary_key_columns=self.options.primary_key_columns,
-                auto_update=self.options.schema_auto_update,
-                json_values=self.columns is None,
-            )
+            typed = self._ensure_now(cur, table_name, columns)
             cur.connection.commit()
-            _ENSURED[key] = typed
+            _ENSURED.put(key, typed)
         return typed
+
+    def _ensure_now(self, cur: Any, table_name: str, columns: list[Column]) -> list[Column]:
+        return ddl.ensure_table(
+            cur,
+            self._table(table_name),
+            columns,
+            primary_key_columns=self.options.primary_key_columns,
+            auto_update=self.options.schema_auto_update,
+            json_values=self.columns is None,
+            contract=self.options.schema_contract,
+        )
+
+    def _forget(self, table_names: list[str]) -> None:
+        for name in table_names:
+            _ENSURED.forget(describe(self.options), self.options.schema_name, name)
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[Any]:
@@ -181,13 +247,19 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 yield cur
             conn.commit()
         except psycopg2.Error as exc:
-            conn.rollback()
+            _rollback(conn)
             raise translate(exc, describe(self.options)) from exc
         except BaseException:
-            conn.rollback()
+            _rollback(conn)
             raise
         finally:
             conn.close()
+
+    def _rollback(self, conn: Any) -> None:
+        """Roll back a cached connection; one that is broken (the server went away) is
+        dropped from the cache instead, so that the retry connects anew."""
+        if not _rollback(conn):
+            _CONNECTIONS.discard(client_key(self.options))
 
     # ------------------------------------------------------------------ executor
 
@@ -200,21 +272,28 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
     def check_fence(self, task: Task) -> None:
         if self.options.write_mode != "exactly-once":
             return
-        sql = import_psycopg2().sql
-        conn = self._connection(task)
         ctx = task.context
+        owners = task.retry(lambda: self._ledger_owners(task), what="postgresql fence check")
+        fence_owners(ctx.sink_id, ctx.query_id, owners, self.options.takeover_query_id)
+
+    def _ledger_owners(self, task: Task) -> set[str]:
+        psycopg2 = import_psycopg2()
+        sql = psycopg2.sql
+        conn = self._connection(task)
         try:
             with conn.cursor() as cur:
                 cur.execute(
                     sql.SQL("SELECT DISTINCT query_id FROM {} WHERE sink_id = %s").format(
                         sql.Identifier(self.options.schema_name, LEDGER_TABLE)
                     ),
-                    (ctx.sink_id,),
+                    (task.context.sink_id,),
                 )
                 owners = {row[0] for row in cur.fetchall()}
-        finally:
             conn.rollback()
-        fence_owners(ctx.sink_id, ctx.query_id, owners, self.options.takeover_query_id)
+        except psycopg2.Error as exc:
+            self._rollback(conn)
+            raise translate(exc, describe(self.options)) from exc
+        return owners
 
     def _connection(self, task: Task | None) -> Any:
         """The task's connection: the process's cached one, healthy and idle, or a new one."""
@@ -249,25 +328,84 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 exclude=self.exclude,
             )
         check_not_null(batch, columns, opts.primary_key_columns)
-        staged = StagedRows()
-        conn = self._connection(batch.task)
         targets = self._tables(batch)
-        try:
-            with conn.cursor() as cur:
-                # DDL first (it commits), then every COPY of this batch in one transaction
-                typed = {name: self._ensure(cur, name, columns) for name, _ in targets}
-                for table_name, rows in targets:
-                    stage = self._copy(cur, batch, table_name, typed[table_name], rows)
-                    count = len(rows) if rows is not None else batch.num_rows
-                    staged.tables[table_name] = (stage, count)
-            conn.commit()
-        except psycopg2.Error as exc:
-            conn.rollback()
-            raise translate(exc, f"{describe(opts)} table {opts.table_name or '*'}") from exc
-        except BaseException:
-            conn.rollback()
-            raise
+        for refreshed in (False, True):
+            conn = self._connection(batch.task)
+            try:
+                return self._write_once(conn, batch, targets, columns)
+            except psycopg2.Error as exc:
+                self._rollback(conn)
+                if not refreshed and getattr(exc, "pgcode", None) in _STALE_CODES:
+                    # the table changed behind our back since this process ensured it
+                    self.logger.info("table changed since it was checked (%s): retrying", exc)
+                    self._forget([name for name, _ in targets])
+                    continue
+                raise translate(exc, f"{describe(opts)} table {opts.table_name or '*'}") from exc
+            except BaseException:
+                self._rollback(conn)
+                raise
+        raise AssertionError("unreachable")
+
+    def _write_once(
+        self,
+        conn: Any,
+        batch: SinkBatch,
+        targets: list[tuple[str, pa.Array | None]],
+        columns: list[Column],
+    ) -> StagedRows:
+        staged = StagedRows()
+        created: dict[str, set[str]] = {}
+        with conn.cursor() as cur:
+            # DDL first (it commits), then every COPY of this batch in one transaction
+            typed = {name: self._ensure(cur, name, columns) for name, _ in targets}
+            for table_name, rows in targets:
+                kept = typed[table_name]
+                if len(kept) < len(columns):  # schema_contract discard_row / discard_value
+                    rows = self._discard(batch, columns, kept, rows)
+                    if rows is not None and len(rows) == 0:
+                        continue
+                stage = self._copy(cur, batch, table_name, kept, rows, created)
+                count = len(rows) if rows is not None else batch.num_rows
+                staged.tables[table_name] = (stage, count)
+        conn.commit()
+        known = self._stages_made(batch)
+        for stage, names in created.items():
+            known.setdefault(stage, set()).update(names)
         return staged
+
+    def _discard(
+        self,
+        batch: SinkBatch,
+        columns: list[Column],
+        kept: list[Column],
+        rows: pa.Array | None,
+    ) -> pa.Array | None:
+        """The rows to write when the table lacks some ``columns``: all of them for
+        discard_value (those columns are not written), only the rows without a value in
+        any of them for discard_row."""
+        names = {c.name for c in kept}
+        dropped = [c for c in columns if c.name not in names]
+        batch.count("discarded_columns", len(dropped))
+        if self.options.schema_contract != "discard_row":
+            return rows
+        arrays = column_arrays(batch, dropped)
+        mask = None
+        for array in arrays.values():
+            empty = pc.is_null(array)
+            mask = empty if mask is None else pc.and_(mask, empty)
+        assert mask is not None
+        keep = pc.indices_nonzero(mask) if rows is None else rows.filter(mask.take(rows))
+        total = batch.num_rows if rows is None else len(rows)
+        batch.count("discarded_rows", total - len(keep))
+        return keep if len(keep) < total else rows
+
+    @staticmethod
+    def _stages_made(batch: SinkBatch) -> dict[str, set[str]]:
+        """Staging tables this task attempt has created, with their columns."""
+        if batch.task is None:
+            return {}
+        made: dict[str, set[str]] = batch.task.state.setdefault("stages", {})
+        return made
 
     def _tables(self, batch: SinkBatch) -> list[tuple[str, pa.Array | None]]:
         """(table name, row indices or None for all) for each target table of the batch."""
@@ -320,66 +458,86 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         table_name: str,
         columns: list[Column],
         rows: pa.Array | None,
+        created: dict[str, set[str]],
     ) -> str:
-        """COPY the rows into this attempt's staging table (or the target); its name."""
+        """COPY the rows into this attempt's staging table (or the target); its name.
+
+        Staging tables (and direct mode's temporary tables) hold only ``columns``: the
+        rows move with an explicit column list, so the target's defaults, identities and
+        generated columns apply to the columns the sink does not write."""
         sql = import_psycopg2().sql
         table = self._table(table_name)
         target = sql.Identifier(table.schema, table.name)
         upsert = self.options.upsert_on_primary_key
+        first_row = batch.counters.get("staged_rows", 0) if upsert else None
+        extra = [(ROW_COLUMN, "bigint")] if upsert else []
+        if self.options.delete_column is not None:
+            extra.append((DELETE_COLUMN, "boolean"))
         if self.options.write_mode == "exactly-once":
             ctx = batch.context
             stage = stage_table_name(ctx.sink_id, ctx.batch_id, table, ctx.attempt_id)
             ident = sql.Identifier(table.schema, stage)
             # one UNLOGGED table per task attempt: no per-row bookkeeping, dropped at commit
-            cur.execute(
-                sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} (LIKE {})").format(ident, target)
-            )
-            cur.execute(
-                sql.SQL(
-                    "INSERT INTO {} (table_name, sink_id) VALUES (%s, %s) ON CONFLICT DO NOTHING"
-                ).format(sql.Identifier(table.schema, STAGING_REGISTRY)),
-                (stage, ctx.sink_id),
-            )
-            first_row = None
-            if upsert:
+            known = self._stages_made(batch).get(stage)
+            wanted = {c.name for c in columns}
+            if known is None or not wanted <= known:
+                ddl.create_stage(cur, ident, columns, extra=extra, exists=known is not None)
                 cur.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} bigint").format(
-                        ident, sql.Identifier(ROW_COLUMN)
-                    )
+                    sql.SQL(
+                        "INSERT INTO {} (table_name, sink_id) VALUES (%s, %s) "
+                        "ON CONFLICT DO NOTHING"
+                    ).format(sql.Identifier(table.schema, STAGING_REGISTRY)),
+                    (stage, ctx.sink_id),
                 )
-                first_row = batch.counters.get("staged_rows", 0)
-            data = copy_table(batch, columns, rows, first_row)
-            batch.count("staged_rows", data.num_rows)
+                created[stage] = wanted
+            data = self._encode(batch, columns, rows, first_row)
+            batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
             self._copy_into(cur, ident, data)
             return stage
-        data = copy_table(batch, columns, rows)
         if self._needs_conflict_clause():
             # direct upsert/do-nothing: through a temporary table and INSERT ... ON CONFLICT
+            data = self._encode(batch, columns, rows, first_row)
+            batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
             temp = sql.Identifier(
                 "_qs_direct_" + hashlib.sha1(str(table).encode()).hexdigest()[:16]
             )
-            cur.execute(
-                sql.SQL(
-                    "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS"
-                ).format(temp, target)
-            )
+            ddl.create_stage(cur, temp, columns, extra=extra, exists=False, temporary=True)
             self._copy_into(cur, temp, data)
-            # partition -1: a source without the row-order column
-            cur.execute(self._insert_select(table, [(temp, -1)], [c.name for c in columns]))
+            cur.execute(self._insert_select(table, [(temp, 0)], [c.name for c in columns]))
         else:
-            self._copy_into(cur, target, data)
+            self._copy_into(cur, target, self._encode(batch, columns, rows, None))
         return table.name
 
+    def _encode(
+        self,
+        batch: SinkBatch,
+        columns: list[Column],
+        rows: pa.Array | None,
+        first_row: int | None,
+    ) -> CopyData:
+        binary = self.options.copy_format == "binary"
+        delete = self._delete_flags(batch) if self.options.delete_column is not None else None
+        return copy_data(batch, columns, rows, first_row, delete=delete, binary=binary)
+
+    def _delete_flags(self, batch: SinkBatch) -> pa.Array:
+        """Per row: whether it deletes its key (delete_column true, or 'd'/'delete')."""
+        assert self.options.delete_column is not None
+        column = batch.column(self.options.delete_column)
+        if pa.types.is_boolean(column.type):
+            flags = column
+        else:
+            text = pc.utf8_lower(pc.cast(column, pa.string()))
+            flags = pc.is_in(text, pa.array(["d", "delete"]))
+        return pc.fill_null(flags, False)
+
     @staticmethod
-    def _copy_into(cur: Any, target: Any, data: pa.Table) -> None:
+    def _copy_into(cur: Any, target: Any, data: CopyData) -> None:
         sql = import_psycopg2().sql
-        names = [sql.Identifier(n) for n in data.column_names]
-        out = pa.BufferOutputStream()
-        pa_csv.write_csv(data, out, write_options=_CSV)
-        statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
-            target, sql.SQL(", ").join(names)
+        names = sql.SQL(", ").join(sql.Identifier(n) for n in data.columns)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT {})").format(
+            target, names, sql.SQL(data.fmt)
         )
-        cur.copy_expert(statement, io.BytesIO(out.getvalue().to_pybytes()))
+        cur.copy_expert(statement, data.stream())
 
     def _needs_conflict_clause(self) -> bool:
         return self.options.upsert_on_primary_key or self.options.on_conflict_do_nothing
@@ -388,25 +546,25 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         self, table: TableSchema, sources: list[tuple[Any, int]], columns: list[str]
     ) -> Any:
         """INSERT INTO target the rows of ``sources`` ((table, partition), in order), with
-        the conflict handling asked for. A partition of -1 marks a source without the
-        row-order column (direct mode's temporary table)."""
+        the conflict handling asked for; only ``columns`` are written (and updated)."""
         sql = import_psycopg2().sql
         opts = self.options
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         target = sql.Identifier(table.schema, table.name)
         if opts.upsert_on_primary_key:
             row = sql.Identifier(ROW_COLUMN)
+            delete = sql.Identifier(DELETE_COLUMN)
+            deletes = opts.delete_column is not None
+            picked = sql.SQL(", {}").format(delete) if deletes else sql.SQL("")
             union = sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT {}, {} AS __qs_partition, {} FROM {}").format(
-                    cols,
-                    sql.Literal(partition),
-                    row if partition >= 0 else sql.SQL("0 AS {}").format(row),
-                    source,
+                sql.SQL("SELECT {}{}, {} AS __qs_partition, {} FROM {}").format(
+                    cols, picked, sql.Literal(partition), row, source
                 )
                 for source, partition in sources
             )
-            pk = sql.SQL(", ").join(sql.Identifier(c) for c in opts.primary_key_columns)
-            updates = [c for c in columns if c not in opts.primary_key_columns]
+            pk_names = list(opts.primary_key_columns)
+            pk = sql.SQL(", ").join(sql.Identifier(c) for c in pk_names)
+            updates = [c for c in columns if c not in pk_names]
             action = (
                 sql.SQL("DO UPDATE SET ")
                 + sql.SQL(", ").join(
@@ -416,10 +574,32 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 else sql.SQL("DO NOTHING")
             )
             # the last row of each key wins: the latest partition, then the latest row
+            last = sql.SQL(
+                "SELECT DISTINCT ON ({pk}) {cols}{picked} FROM ({union}) s "
+                "ORDER BY {pk}, __qs_partition DESC, {row} DESC"
+            ).format(pk=pk, cols=cols, picked=picked, union=union, row=row)
+            if not deletes:
+                return sql.SQL("INSERT INTO {} ({}) {} ON CONFLICT ({}) {}").format(
+                    target, cols, last, pk, action
+                )
+            # a key whose last row deletes it is deleted, the others upserted: one
+            # statement, so both see the same snapshot (their keys are disjoint)
+            matches = sql.SQL(" AND ").join(
+                sql.SQL("t.{0} = l.{0}").format(sql.Identifier(c)) for c in pk_names
+            )
             return sql.SQL(
-                "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({pk}) {cols} FROM ({union}) s "
-                "ORDER BY {pk}, __qs_partition DESC, {row} DESC ON CONFLICT ({pk}) {action}"
-            ).format(target=target, cols=cols, pk=pk, union=union, row=row, action=action)
+                "WITH l AS MATERIALIZED ({last}), d AS (DELETE FROM {target} t USING l "
+                "WHERE l.{delete} AND {matches}) INSERT INTO {target} ({cols}) "
+                "SELECT {cols} FROM l WHERE NOT l.{delete} ON CONFLICT ({pk}) {action}"
+            ).format(
+                last=last,
+                target=target,
+                delete=delete,
+                matches=matches,
+                cols=cols,
+                pk=pk,
+                action=action,
+            )
         union = sql.SQL(" UNION ALL ").join(
             sql.SQL("SELECT {} FROM {}").format(cols, source) for source, _ in sources
         )
@@ -433,8 +613,6 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
     def commit(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         if self.options.write_mode == "direct":
             return
-        sql = import_psycopg2().sql
-        schema = self.options.schema_name
         # target -> [(staging table, partition)], in partition order; and row counts
         sources: dict[str, list[tuple[str, int]]] = {}
         counts: dict[str, int] = {}
@@ -446,6 +624,22 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     counts[name] = counts.get(name, 0) + rows
         if self.overwrite and self.options.table_name is not None:
             sources.setdefault(self.options.table_name, [])
+        if not context.streaming:  # no ledger: a retry after a lost COMMIT could repeat it
+            self._commit_once(context, sources, sum(counts.values()))
+            return
+        # a streaming commit is idempotent (the ledger row): retry it when the connection
+        # breaks (a server restart); a landed commit is found in the ledger and skipped
+        self.options.retry_policy().call(
+            lambda: self._commit_once(context, sources, sum(counts.values())),
+            stats=RetryStats(),
+            what=f"postgresql commit of batch {context.batch_id}",
+        )
+
+    def _commit_once(
+        self, context: CommitContext, sources: dict[str, list[tuple[str, int]]], rows: int
+    ) -> None:
+        sql = import_psycopg2().sql
+        schema = self.options.schema_name
         with self._session() as cur:
             if context.streaming:
                 self._fence(cur, context)
@@ -454,13 +648,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                         "INSERT INTO {} (sink_id, batch_id, query_id, tables, rows) "
                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
                     ).format(sql.Identifier(schema, LEDGER_TABLE)),
-                    (
-                        context.sink_id,
-                        context.batch_id,
-                        context.query_id,
-                        sorted(sources),
-                        sum(counts.values()),
-                    ),
+                    (context.sink_id, context.batch_id, context.query_id, sorted(sources), rows),
                 )
                 if cur.fetchone() is None:
                     self.logger.info(
@@ -470,25 +658,55 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     )
                     self._drop_stages(cur, context, None)
                     return
+            stage_columns = ddl.tables_columns(
+                cur, schema, [stage for staged in sources.values() for stage, _ in staged]
+            )
             for name in sorted(sources):
                 table = self._table(name)
                 if self.overwrite:
                     cur.execute(
                         sql.SQL("TRUNCATE {}").format(sql.Identifier(table.schema, table.name))
                     )
-                if not sources[name]:
-                    continue
-                first = sources[name][0][0]
-                columns = [
-                    c for c in ddl.existing_columns(cur, schema, first) or {} if c != ROW_COLUMN
-                ]
-                tables = [
-                    (sql.Identifier(schema, stage), partition) for stage, partition in sources[name]
-                ]
-                cur.execute(self._insert_select(table, tables, columns))
+                if sources[name]:
+                    self._move(cur, table, sources[name], stage_columns)
             self._drop_stages(cur, context, None)
             if context.streaming:
                 self._prune(cur, context)
+
+    def _move(
+        self,
+        cur: Any,
+        table: TableSchema,
+        sources: list[tuple[str, int]],
+        stage_columns: dict[str, dict[str, str]],
+    ) -> None:
+        """Move the staged rows of one target: each staging table with its own columns (a
+        later task may have written more columns than an earlier one), consecutive ones
+        with the same columns in one statement, in partition order."""
+        sql = import_psycopg2().sql
+        missing = [stage for stage, _ in sources if stage not in stage_columns]
+        if missing:
+            raise CommitError(
+                f"postgresql: the staging table(s) {', '.join(missing)} of {table} are gone "
+                "(dropped by hand, or swept as abandoned by staging_max_age_hours); the "
+                "micro-batch cannot be committed; restart the query to write it again"
+            )
+        union: dict[str, str] = {}
+        runs: list[tuple[list[str], list[tuple[Any, int]]]] = []
+        for stage, partition in sources:
+            names = [c for c in stage_columns[stage] if c not in (ROW_COLUMN, DELETE_COLUMN)]
+            for c in names:
+                union.setdefault(c, stage_columns[stage][c])
+            ident = sql.Identifier(table.schema, stage)
+            if runs and runs[-1][0] == names:
+                runs[-1][1].append((ident, partition))
+            else:
+                runs.append((names, [(ident, partition)]))
+        # the target may have been dropped or altered since the tasks checked it
+        typed = self._ensure_now(cur, table.name, [Column(n, t, "value") for n, t in union.items()])
+        taken = {c.name for c in typed}  # a discard contract may leave some out
+        for names, run in runs:
+            cur.execute(self._insert_select(table, run, [n for n in names if n in taken]))
 
     def _fence(self, cur: Any, context: CommitContext) -> None:
         """Serialise the sink id's commits, then apply the ledger's fencing rule."""
@@ -585,3 +803,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         if stages:
             with self._session() as cur:
                 self._drop_stages(cur, context, stages)
+
+
+def _rollback(conn: Any) -> bool:
+    """Roll back ``conn``; False (and nothing raised) when the connection is broken."""
+    if conn.closed:
+        return False
+    try:
+        conn.rollback()
+    except import_psycopg2().Error:
+        return False
+    return True
