@@ -21,8 +21,9 @@ import collections
 import http.client
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
+
+from .common import InProcessHTTPServer
 
 __all__ = ["Fault", "FaultProxy"]
 
@@ -39,7 +40,7 @@ class Fault:
     methods: tuple[str, ...] = ()
 
 
-class FaultProxy:
+class FaultProxy(InProcessHTTPServer):
     """A forwarding proxy with a FIFO of faults (see the module docstring)."""
 
     def __init__(self, backend: tuple[str, int], host: str = "127.0.0.1") -> None:
@@ -49,14 +50,6 @@ class FaultProxy:
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
         self.faulted: list[tuple[str, str, int]] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("FaultProxy is not started")
-        return int(self._server.server_address[1])
 
     def account_url(self, account: str) -> str:
         return f"http://{self.host}:{self.port}/{account}"
@@ -98,33 +91,8 @@ class FaultProxy:
         class Handler(_Handler):
             owner = proxy
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="azure-fault-proxy", daemon=True
-        )
-        self._thread.start()
+        self.serve(Handler, name="azure-fault-proxy")
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class _Handler(BaseHTTPRequestHandler):

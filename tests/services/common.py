@@ -5,13 +5,15 @@ from __future__ import annotations
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["Service", "free_port", "serve_until_interrupted"]
+__all__ = ["InProcessHTTPServer", "Service", "free_port", "serve_until_interrupted"]
 
 S = TypeVar("S", bound="Service")
 
@@ -69,3 +71,56 @@ def serve_until_interrupted(service: S, describe: Callable[[S], None]) -> None:
                 time.sleep(3600)
         except KeyboardInterrupt:
             print("stopping")
+
+
+class InProcessHTTPServer:
+    """An HTTP server in a daemon thread of the test process (fault proxies, fronts).
+
+    A subclass's ``start()`` builds its handler class and calls :meth:`serve`; ``stop()``
+    and the ``with`` form are shared.
+    """
+
+    host: str = "127.0.0.1"
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return int(self._server.server_address[1])
+
+    def serve(self, handler: type[BaseHTTPRequestHandler], *, name: str) -> None:
+        """Listen on a free port of ``host`` and serve ``handler`` until :meth:`stop`."""
+        self._server = ThreadingHTTPServer((self.host, 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=name,
+            daemon=True,
+        )
+        self._thread.start()
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self: Any) -> Any:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

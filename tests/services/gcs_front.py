@@ -32,9 +32,11 @@ import re
 import secrets
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
+from .common import InProcessHTTPServer
 
 __all__ = ["GCSFront"]
 
@@ -65,7 +67,7 @@ class _Fault:
     methods: frozenset[str] | None
 
 
-class GCSFront:
+class GCSFront(InProcessHTTPServer):
     """The front; ``start()`` serves on ``url`` (127.0.0.1, a free port) until ``stop()``.
 
     Args:
@@ -88,8 +90,6 @@ class GCSFront:
         self._lock = threading.Lock()  # state above
         self._write_lock = threading.Lock()  # serialises writes: precondition + write atomic
         self._uploads: dict[str, tuple[str, str, str]] = {}  # upload_id -> bucket, name, gen
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -111,22 +111,8 @@ class GCSFront:
             pass
 
         Handler.front = front
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="gcs-front", daemon=True
-        )
-        self._thread.start()
+        self.serve(Handler, name="gcs-front")
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
 
     # -- test controls ----------------------------------------------------------------------
 

@@ -25,9 +25,10 @@ import http.client
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .common import InProcessHTTPServer
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 
@@ -51,7 +52,7 @@ class ProxiedRequest:
     injected: bool
 
 
-class S3FaultProxy:
+class S3FaultProxy(InProcessHTTPServer):
     """Forwards to ``backend_url``; see the module docstring."""
 
     def __init__(self, backend_url: str, host: str = "127.0.0.1") -> None:
@@ -61,8 +62,6 @@ class S3FaultProxy:
         self.requests: list[ProxiedRequest] = []
         self._faults: collections.deque[S3Fault] = collections.deque()
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -148,15 +147,7 @@ class S3FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="s3-fault-proxy",
-            daemon=True,
-        )
-        self._thread.start()
+        self.serve(Handler, name="s3-fault-proxy")
         return self
 
     def _forward(
@@ -174,23 +165,3 @@ class S3FaultProxy:
             return answer.status, answer.getheaders(), data
         finally:
             conn.close()
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> S3FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
