@@ -3,7 +3,7 @@
 from .azure import AzureDestination
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
-from .clients import ClientCache, MachineSlots, client_key
+from .clients import ClientCache, MachineSlots, Secret, client_key
 from .column_types import ColumnTypes
 from .destinations import Destination, LocalDestination, StorageOptions
 from .errors import (
@@ -81,6 +81,7 @@ __all__ = [
     "S3BucketAccessDeniedError",
     "S3BucketNotFoundError",
     "S3Destination",
+    "Secret",
     "Sink",
     "SinkBackpressureError",
     "SinkBatch",

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import io
 import logging
 import os
@@ -51,7 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import unquote, urlsplit
 
-from .clients import ClientCache
+from .clients import ClientCache, Secret
 from .destinations import Destination
 from .errors import (
     AzureContainerAccessDeniedError,
@@ -113,37 +112,8 @@ _CONTAINER_MISSING_CODES = frozenset({"ContainerNotFound", "ContainerBeingDelete
 _CLIENTS: ClientCache[Any] = ClientCache("azure blob clients", lambda c: c.close(), max_size=8)
 
 
-class _Secret:
-    """A credential that shows as ``***`` wherever it is printed."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return "***"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Secret) and other.value == self.value
-
-    def __hash__(self) -> int:
-        return hash(self.digest())
-
-    def digest(self) -> str:
-        return "sha256:" + hashlib.sha256(self.value.encode()).hexdigest()
-
-    def __getstate__(self) -> str:
-        return self.value
-
-    def __setstate__(self, state: str) -> None:
-        self.value = state
-
-
-def _secret(value: str | None) -> _Secret | None:
-    return _Secret(value) if value else None
+def _secret(value: str | None) -> Secret | None:
+    return Secret(value) if value else None
 
 
 def _import_sdk() -> Any:
@@ -416,17 +386,17 @@ class AzureDestination(Destination):
         try:
             if self._connection_string is not None:
                 service = blob.BlobServiceClient.from_connection_string(
-                    self._connection_string.value, **config
+                    self._connection_string.reveal(), **config
                 )
             else:
                 credential: Any
                 if self._account_key is not None:
                     credential = {
                         "account_name": self.account_name,
-                        "account_key": self._account_key.value,
+                        "account_key": self._account_key.reveal(),
                     }
                 else:
-                    credential = self._sas_token.value if self._sas_token else None
+                    credential = self._sas_token.reveal() if self._sas_token else None
                 service = blob.BlobServiceClient(self.account_url, credential=credential, **config)
         except ValueError:
             raise OptionError(
@@ -456,7 +426,7 @@ class AzureDestination(Destination):
 
     def _secret_values(self) -> tuple[str, ...]:
         secrets = (self._connection_string, self._account_key, self._sas_token)
-        return tuple(s.value for s in secrets if s is not None)
+        return tuple(s.reveal() for s in secrets if s is not None)
 
     # -- the contract -----------------------------------------------------------------
 

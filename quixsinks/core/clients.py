@@ -32,12 +32,51 @@ from typing import Any, Generic, TypeVar
 from .errors import RetryableError
 from .options import SinkOptions
 
-__all__ = ["ClientCache", "MachineSlots", "client_key"]
+__all__ = ["ClientCache", "MachineSlots", "Secret", "client_key", "secret_digest"]
 
 logger = logging.getLogger("quixsinks.clients")
 C = TypeVar("C")
 
 _CACHES: weakref.WeakSet[ClientCache[Any]] = weakref.WeakSet()
+
+
+def secret_digest(value: str) -> str:
+    """What a cache key holds instead of a secret."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+
+class Secret:
+    """A credential a destination carries to the executors (it pickles by value: they
+    need it) that shows as ``***`` wherever it is printed and compares by digest."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    @classmethod
+    def wrap(cls, value: str | None) -> Secret | None:
+        return None if value is None else cls(value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def digest(self) -> str:
+        return secret_digest(self._value)
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Secret, (self._value,))
 
 
 def client_key(options: SinkOptions, *extra: Hashable) -> tuple[Hashable, ...]:
@@ -46,7 +85,7 @@ def client_key(options: SinkOptions, *extra: Hashable) -> tuple[Hashable, ...]:
     for spec in options.specs():
         value = getattr(options, spec.name)
         if spec.secret and value is not None:
-            value = "sha256:" + hashlib.sha256(str(value).encode()).hexdigest()
+            value = secret_digest(str(value))
         parts.append((spec.name, value))
     return (*parts, *extra)
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-import hashlib
 import io
 import json
 import os
@@ -42,7 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
 
-from .clients import ClientCache
+from .clients import ClientCache, secret_digest
 from .destinations import Destination
 from .errors import (
     DestinationError,
@@ -169,7 +168,7 @@ class GCSDestination(Destination):
     def _secret_digest(self) -> str | None:
         if self._service_account_json is None:
             return None
-        return "sha256:" + hashlib.sha256(self._service_account_json.encode()).hexdigest()
+        return secret_digest(self._service_account_json)
 
     @property
     def url(self) -> str:

@@ -28,7 +28,6 @@ boto3 is imported lazily (the ``s3`` extra); clients live in a per-process
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import re
@@ -37,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, NoReturn
 
-from .clients import ClientCache
+from .clients import ClientCache, Secret
 from .destinations import Destination
 from .errors import (
     DestinationError,
@@ -109,38 +108,8 @@ _REASONS = {
 _CLIENTS: ClientCache[Any] = ClientCache("s3 clients", lambda client: client.close())
 
 
-class _Secret:
-    """A credential that shows as ``***`` wherever it is printed."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "'***'"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Secret, (self._value,))
-
-
-def _secret(value: str | None) -> _Secret | None:
-    return None if value is None else _Secret(value)
-
-
-def _digest(secret: _Secret | None) -> str | None:
-    return None if secret is None else hashlib.sha256(secret.reveal().encode()).hexdigest()
+def _digest(secret: Secret | None) -> str | None:
+    return None if secret is None else secret.digest()
 
 
 class S3Destination(Destination):
@@ -177,8 +146,8 @@ class S3Destination(Destination):
             region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         )
         self.aws_access_key_id = aws_access_key_id
-        self._secret_access_key = _secret(aws_secret_access_key)
-        self._session_token = _secret(aws_session_token)
+        self._secret_access_key = Secret.wrap(aws_secret_access_key)
+        self._session_token = Secret.wrap(aws_session_token)
 
     @classmethod
     def from_url(cls, url: str, **credentials: Any) -> S3Destination:
