@@ -345,7 +345,7 @@ class FilePublisher:
         if self.store.owners(sink_id) != {query_id}:  # read once, cached: claim only if new
             self.store.claim(sink_id, query_id)
         marker = self.staging.marker_key(sink_id, batch_id)
-        if replace_prefix is not None and self.store.newest_batch(sink_id) > batch_id:
+        if replace_prefix is not None and self._newer_committed(sink_id, batch_id):
             return self._superseded(sink_id, batch_id)
         manifest: dict[str, Any] = {
             "sink_id": sink_id,
@@ -372,7 +372,8 @@ class FilePublisher:
                     "sink %s batch %d: already committed, finishing its publish", sink_id, batch_id
                 )
         moves = [(src, dst) for src, dst in manifest["files"]]
-        if manifest.get("replace_prefix") is not None:
+        overwrite = manifest.get("replace_prefix") is not None  # as the winning commit said
+        if overwrite:
             newer = _newer_batch_pattern(name_prefix or sink_id)
             self._delete_published(
                 str(manifest["replace_prefix"]), {dst for _, dst in moves}, batch_id, newer
@@ -381,18 +382,15 @@ class FilePublisher:
         with ThreadPoolExecutor(max_workers=min(MOVE_THREADS, max(1, len(moves)))) as pool:
             missing = [m for m in pool.map(self._move, moves) if m is not None]
         if missing:
-            if manifest.get("replace_prefix") is not None and (
-                self.store.newest_batch(sink_id) > batch_id
-            ):
+            if overwrite and self._newer_committed(sink_id, batch_id):
                 return self._superseded(sink_id, batch_id)
             src, dst = missing[0]
             raise CommitError(
                 f"sink {sink_id} batch {batch_id}: staged file {src} is gone and {dst} was "
                 "never published; the staging folder was deleted by hand?"
             )
-        if manifest.get("replace_prefix") is not None and (
-            self.store.newest_batch(sink_id) > batch_id
-        ):  # a newer batch landed while we moved: ours is out of date, its files go
+        if overwrite and self._newer_committed(sink_id, batch_id):
+            # a newer batch landed while we moved: ours is out of date, its files go
             self.destination.delete([dst for _, dst in moves])
             return self._superseded(sink_id, batch_id)
         self.staging.discard(sink_id, batch_id)
@@ -402,6 +400,10 @@ class FilePublisher:
             self.staging.prune(sink_id, batch_id)
             self.staging.sweep()
         return PublishResult(files=len(moves), already_committed=not created)
+
+    def _newer_committed(self, sink_id: str, batch_id: int) -> bool:
+        """Whether a later batch of this sink id has a marker (complete mode: ours is stale)."""
+        return self.store.newest_batch(sink_id) > batch_id
 
     def _move(self, move: tuple[str, str]) -> tuple[str, str] | None:
         """Move one staged file; the pair when it is neither in staging nor published."""
