@@ -278,17 +278,10 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
 
     def _ledger_owners(self, task: Task) -> set[str]:
         psycopg2 = import_psycopg2()
-        sql = psycopg2.sql
         conn = self._connection(task)
         try:
             with conn.cursor() as cur:
-                cur.execute(
-                    sql.SQL("SELECT DISTINCT query_id FROM {} WHERE sink_id = %s").format(
-                        sql.Identifier(self.options.schema_name, LEDGER_TABLE)
-                    ),
-                    (task.context.sink_id,),
-                )
-                owners = {row[0] for row in cur.fetchall()}
+                owners = self._owners(cur, task.context.sink_id)
             conn.rollback()
         except psycopg2.Error as exc:
             self._rollback(conn)
@@ -708,6 +701,17 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         for names, run in runs:
             cur.execute(self._insert_select(table, run, [n for n in names if n in taken]))
 
+    def _owners(self, cur: Any, sink_id: str) -> set[str]:
+        """The query ids holding ledger rows of ``sink_id`` (the fence's input)."""
+        sql = import_psycopg2().sql
+        cur.execute(
+            sql.SQL("SELECT DISTINCT query_id FROM {} WHERE sink_id = %s").format(
+                sql.Identifier(self.options.schema_name, LEDGER_TABLE)
+            ),
+            (sink_id,),
+        )
+        return {row[0] for row in cur.fetchall()}
+
     def _fence(self, cur: Any, context: CommitContext) -> None:
         """Serialise the sink id's commits, then apply the ledger's fencing rule."""
         sql = import_psycopg2().sql
@@ -716,14 +720,10 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
             (f"quixsinks:{self.options.schema_name}:{context.sink_id}",),
         )
-        cur.execute(
-            sql.SQL("SELECT DISTINCT query_id FROM {} WHERE sink_id = %s").format(ledger),
-            (context.sink_id,),
-        )
         dropped = fence_owners(
             context.sink_id,
             context.query_id,
-            {row[0] for row in cur.fetchall()},
+            self._owners(cur, context.sink_id),
             self.options.takeover_query_id,
         )
         if dropped is not None:
