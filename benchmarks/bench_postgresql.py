@@ -8,6 +8,9 @@ from ``tests/services/postgres.py``: fsync off) take the same cached DataFrame
   every quixsinks sink, as in the foundation benchmark);
 * ``sink-exactly-once``: quixsinks ``postgresql`` sink, ``write_mode=exactly-once``
   (COPY into a staging table on the executors, one ``INSERT ... SELECT`` on the driver);
+* ``sink-prepared``: the same sink, ``write_mode=prepared`` (exactly-once by two-phase
+  commit: COPY straight into the table in a prepared transaction per task, committed by
+  the driver; the server runs with ``max_prepared_transactions=100``);
 * ``sink-direct``: the same sink, ``write_mode=direct`` (COPY straight into the table);
 * ``spark-jdbc``: Spark's own JDBC writer with ``org.postgresql.Driver``
   (``batchsize=10000``, ``numPartitions`` = cores), the jar on ``spark.jars``;
@@ -94,6 +97,7 @@ TABLE_DDL = (
 
 CASE_NAMES = (
     "sink-exactly-once",
+    "sink-prepared",
     "sink-direct",
     "spark-jdbc",
     "spark-jdbc-rewrite",
@@ -107,6 +111,9 @@ TARGETS: tuple[RelativeTarget, ...] = (
     ("sink-exactly-once", "spark-jdbc-rewrite", 1.5),
     ("sink-direct", "psql-copy", 0.6),
     ("sink-exactly-once", "quix-postgresql", 10.0),
+    # the exactly-once targets again, for the mode without the staging copy
+    ("sink-prepared", "spark-jdbc", 3.0),
+    ("sink-prepared", "spark-jdbc-rewrite", 1.5),
 )
 
 
@@ -486,6 +493,15 @@ def main(argv: list[str] | None = None) -> int:
                     sink_writer(target, "exactly-once"),
                     "quixsinks postgresql sink, write_mode=exactly-once: COPY into a staging "
                     "table per task, one INSERT ... SELECT transaction on the driver",
+                    count_rows=target.count_rows,
+                    setup=target.absent,
+                    cleanup=target.cleanup,
+                ),
+                Case(
+                    "sink-prepared",
+                    sink_writer(target, "prepared"),
+                    "quixsinks postgresql sink, write_mode=prepared: COPY into the table in a "
+                    "prepared transaction per task, COMMIT PREPARED by the driver",
                     count_rows=target.count_rows,
                     setup=target.absent,
                     cleanup=target.cleanup,

@@ -5,7 +5,8 @@ at random moments and starts it again from the same checkpoints.
 
     python kill_job.py IN OUT_DIR OUT_CSV CHECKPOINTS [--available-now]
 
-The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON. With
+The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON, and a
+second one (checkpoint `postgresql-prepared`) when QUIXSINKS_KILL_PG_PREPARED does. With
 QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id. With
 QUIXSINKS_KILL_ONLY_FILE holding JSON options, only the `file` query runs, with those
 options (an object-store path and its credentials).
@@ -37,20 +38,25 @@ def main() -> None:
     quixsinks.register(spark)
     df = stream_from(spark, __import__("pathlib").Path(args.input))
     queries = []
-    sinks: dict[str, dict[str, str]] = {
-        "file": {"path": args.out_dir},
-        "csvfile": {"path": args.out_csv},
+    # query name (its checkpoint directory) -> format, options
+    sinks: dict[str, tuple[str, dict[str, str]]] = {
+        "file": ("file", {"path": args.out_dir}),
+        "csvfile": ("csvfile", {"path": args.out_csv}),
     }
-    if os.environ.get("QUIXSINKS_KILL_PG"):
-        sinks["postgresql"] = json.loads(os.environ["QUIXSINKS_KILL_PG"])
+    for name, variable in (
+        ("postgresql", "QUIXSINKS_KILL_PG"),
+        ("postgresql-prepared", "QUIXSINKS_KILL_PG_PREPARED"),
+    ):
+        if os.environ.get(variable):
+            sinks[name] = ("postgresql", json.loads(os.environ[variable]))
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
-        sinks = {"file": json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"])}
+        sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")
-    for fmt, options in sinks.items():
+    for name, (fmt, options) in sinks.items():
         if sink_id:
             options = {**options, "sink_id": sink_id}
         writer = df.writeStream.format(fmt).option(
-            "checkpointLocation", os.path.join(args.checkpoints, fmt)
+            "checkpointLocation", os.path.join(args.checkpoints, name)
         )
         for key, value in options.items():
             writer = writer.option(key, value)

@@ -1,9 +1,11 @@
 """The driver killed at random moments mid-stream, then restarted: every row exactly once.
 
 A job streams 8 input files (one micro-batch each) into the `file`, `csvfile` and
-`postgresql` sinks. The test SIGKILLs the job's whole process group (driver, JVM and Python
-workers) at random moments after it has committed something, several times, then
-lets a final run finish from the checkpoints and checks both outputs row by row.
+`postgresql` sinks (the latter twice in the first test: staged, and with
+write_mode=prepared, PostgreSQL's two-phase commit). The test SIGKILLs the job's whole
+process group (driver, JVM and Python workers) at random moments after it has committed
+something, several times, then lets a final run finish from the checkpoints and checks
+every output row by row.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def start_job(
     *extra: str,
     checkpoints: str = "ck",
     sink_id: str = "",
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     args = [
         str(tmp_path / "in"),
@@ -39,7 +42,7 @@ def start_job(
         str(tmp_path / "out.csv"),
         str(tmp_path / checkpoints),
     ]
-    env = {**os.environ, "QUIXSINKS_KILL_PG": json.dumps(pg_options)}
+    env = {**(env or os.environ), "QUIXSINKS_KILL_PG": json.dumps(pg_options)}
     if sink_id:
         env["QUIXSINKS_KILL_SINK_ID"] = sink_id
     with open(tmp_path / "job.log", "ab") as log:  # the child keeps its own copy
@@ -104,19 +107,30 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
     ids = write_input_files(tmp_path / "in", files=8, rows_per_file=40)
     args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv")]
+    prepared = {**pg["options"], "table_name": "events_prepared", "write_mode": "prepared"}
+    env = {**os.environ, "QUIXSINKS_KILL_PG_PREPARED": json.dumps(prepared)}
     kills = kill_at_random(  # the helper users get from quixsinks.testing
         [sys.executable, str(JOB), *args, str(tmp_path / "ck")],
         lambda: committed_batches(tmp_path),
         kills=KILLS,
         seed=seed,
-        env={**os.environ, "QUIXSINKS_KILL_PG": json.dumps(pg_options)},
+        env={**env, "QUIXSINKS_KILL_PG": json.dumps(pg_options)},
         log_path=str(tmp_path / "job.log"),
     )
-    final = start_job(tmp_path, pg_options, "--available-now")
+    final = start_job(tmp_path, pg_options, "--available-now", env=env)
     assert final.wait(timeout=300) == 0, (tmp_path / "job.log").read_text()[-3000:]
 
     assert kills >= 1, f"the job was never killed (seed {seed})"
     assert_exactly_once(tmp_path, pg, ids, seed)
+    conn = pg["server"].connect(pg["dbname"])
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM events_prepared ORDER BY id")
+            assert [row[0] for row in cur.fetchall()] == ids, f"seed {seed}"
+            cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+            assert cur.fetchall() == [], f"prepared transactions left behind (seed {seed})"
+    finally:
+        conn.close()
 
 
 def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(

@@ -225,6 +225,8 @@ class PostgresServer(Service):
             "synchronous_commit": "off",
             "full_page_writes": "off",
             "max_connections": "200",
+            # write_mode=prepared (two-phase commit) needs prepared transactions
+            "max_prepared_transactions": "100",
         }
         return " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in settings.items())
 

@@ -12,7 +12,14 @@ from typing import Any
 
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 
-from .schema import LEDGER_TABLE, STAGING_REGISTRY, Column, TableSchema, compatible
+from .schema import (
+    DECIDED_TABLE,
+    LEDGER_TABLE,
+    STAGING_REGISTRY,
+    Column,
+    TableSchema,
+    compatible,
+)
 
 __all__ = [
     "create_stage",
@@ -149,6 +156,7 @@ def ensure_ledger(cur: Any, schema: str) -> None:
         columns is not None
         and "query_id" in columns
         and existing_columns(cur, schema, STAGING_REGISTRY) is not None
+        and existing_columns(cur, schema, DECIDED_TABLE) is not None
     ):
         return
     lock(cur, schema, LEDGER_TABLE)
@@ -171,6 +179,12 @@ def ensure_ledger(cur: Any, schema: str) -> None:
             "CREATE TABLE IF NOT EXISTS {} (table_name text PRIMARY KEY, sink_id text NOT NULL, "
             "created_at timestamptz NOT NULL DEFAULT now())"
         ).format(sql.Identifier(schema, STAGING_REGISTRY))
+    )
+    cur.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (gid text PRIMARY KEY, sink_id text NOT NULL, "
+            "decided_at timestamptz NOT NULL DEFAULT now())"
+        ).format(sql.Identifier(schema, DECIDED_TABLE))
     )
 
 

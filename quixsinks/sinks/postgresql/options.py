@@ -62,10 +62,13 @@ class PostgreSQLOptions(LedgerOptions):
     include_metadata: bool = option(
         True, doc="Add the columns `timestamp` (record time) and `__key` (record key)"
     )
-    write_mode: Literal["exactly-once", "direct"] = option(
+    write_mode: Literal["exactly-once", "prepared", "direct"] = option(
         "exactly-once",
-        doc="exactly-once: stage, then one driver transaction with a ledger row; direct: "
-        "COPY straight into the table (at-least-once, faster)",
+        doc="exactly-once: stage, then one driver transaction with a ledger row; prepared: "
+        "exactly-once without the staging copy, COPY straight into the table in a prepared "
+        "(two-phase) transaction that the driver commits (appends only; the server needs "
+        "max_prepared_transactions > 0); direct: COPY straight into the table "
+        "(at-least-once)",
     )
     copy_format: Literal["binary", "csv"] = option(
         "binary",
@@ -110,6 +113,19 @@ class PostgreSQLOptions(LedgerOptions):
                 option="delete_column",
                 value=self.delete_column,
             )
+        if self.write_mode == "prepared":
+            conflicting = [
+                name
+                for name in ("upsert_on_primary_key", "on_conflict_do_nothing")
+                if getattr(self, name)
+            ] + (["delete_column"] if self.delete_column is not None else [])
+            if conflicting:
+                raise OptionError(
+                    f"postgresql: write_mode=prepared appends rows; {conflicting[0]!r} needs "
+                    "the rows staged first: use write_mode=exactly-once",
+                    option="write_mode",
+                    value="prepared",
+                )
         for name, value in (("table_name", self.table_name), ("schema_name", self.schema_name)):
             problem = identifier_problem(value) if value is not None else None
             if problem:
@@ -119,6 +135,11 @@ class PostgreSQLOptions(LedgerOptions):
                     value=value,
                 )
         parse_conninfo(self.connect_options)
+
+    @property
+    def exactly_once(self) -> bool:
+        """Whether the writes go through the fenced ledger (not ``direct``)."""
+        return self.write_mode != "direct"
 
 
 def parse_conninfo(text: str) -> dict[str, str]:

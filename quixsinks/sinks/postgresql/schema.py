@@ -65,6 +65,9 @@ __all__ = [
 LEDGER_TABLE = "_quixsinks_ledger"
 #: every staging table and when it was made: the commit sweeps abandoned ones
 STAGING_REGISTRY = "_quixsinks_staging"
+#: write_mode=prepared: the prepared transactions the driver has decided to commit (a
+#: driver that dies before committing them all leaves the rest to the next one)
+DECIDED_TABLE = "_quixsinks_decided"
 #: PostgreSQL truncates longer names (NAMEDATALEN - 1), so two long names can collide
 MAX_IDENTIFIER_BYTES = 63
 #: row order within a staging table (upsert only: the last row of a key wins)
@@ -241,6 +244,14 @@ def stage_table_name(sink_id: str, batch_id: int, table: TableSchema, attempt_id
     """The staging table of one task attempt for one target table (at most 63 bytes)."""
     target = _digest(f"{table.schema}\x00{table.name}", 8)
     return f"{stage_prefix(sink_id)}{batch_id}_{target}_{_digest(attempt_id, 8)}"
+
+
+def prepared_gid(sink_id: str, batch_id: int, attempt_id: str, n: int) -> str:
+    """The id of a task attempt's ``n``-th prepared transaction (write_mode=prepared).
+
+    It starts like the sink's staging tables (``stage_batch`` reads its batch id back);
+    the attempt id is unique per task attempt, so two attempts never share an id."""
+    return f"{stage_prefix(sink_id)}{batch_id}_{_digest(attempt_id, 12)}_{n}"
 
 
 def stage_batch(name: str, sink_id: str) -> int | None:

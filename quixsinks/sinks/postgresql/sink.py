@@ -20,6 +20,16 @@ tables (those of failed attempts included), prune ledger rows older than
 ``staging_max_age_hours`` (a query that never ran again). Either all of it happens or
 none. Tasks check the fence too, before they stage anything.
 
+``write_mode=prepared`` is exactly-once without the second copy, on PostgreSQL's
+two-phase commit: each SinkBatch is COPYed straight into the target in a transaction that
+the task PREPAREs (``PREPARE TRANSACTION``, id from ``prepared_gid``) instead of
+committing. The driver, holding the sink id's advisory lock, fences the ledger, inserts
+the ledger row and the winning transaction ids into ``_quixsinks_decided`` in one
+transaction, then ``COMMIT PREPARED`` each winner and ``ROLLBACK PREPARED`` the others of
+this batch (failed or replayed attempts). A driver that dies in between leaves decided
+ids that the next commit (or preflight) commits: decided means committed, eventually;
+undecided means rolled back. Readers see a micro-batch's rows appear task by task.
+
 ``write_mode=direct`` skips staging: each SinkBatch is COPYed straight into the target
 (at-least-once: a replayed micro-batch is written again, unless upsert or do-nothing
 absorbs the repeat).
@@ -51,6 +61,7 @@ from .client import connect, describe, import_psycopg2, translate
 from .copy import CopyData, copy_data
 from .options import PostgreSQLOptions
 from .schema import (
+    DECIDED_TABLE,
     DELETE_COLUMN,
     LEDGER_TABLE,
     ROW_COLUMN,
@@ -61,6 +72,7 @@ from .schema import (
     column_arrays,
     column_plan,
     identifier_problem,
+    prepared_gid,
     stage_batch,
     stage_prefix,
     stage_table_name,
@@ -118,6 +130,8 @@ class StagedRows:
     """What one write staged: per target table, its staging table and the rows in it."""
 
     tables: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: write_mode=prepared: the prepared transaction holding these rows
+    prepared: list[str] = field(default_factory=list)
 
 
 class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
@@ -174,12 +188,12 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     value=opts.delete_column,
                 )
             exclude.append(opts.delete_column)
-        if self.overwrite and opts.write_mode == "direct":
+        if self.overwrite and opts.write_mode != "exactly-once":
             raise OptionError(
                 "postgresql: overwrite needs write_mode=exactly-once (the truncate and the load "
                 "must be one transaction)",
                 option="write_mode",
-                value="direct",
+                value=opts.write_mode,
             )
         self.exclude = tuple(exclude)
         if not self.records.value_json:
@@ -202,10 +216,24 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         """Connect once (clear errors for auth, database, network) and prepare the tables."""
         with self._session() as cur:
             ddl.ensure_schema(cur, self.options.schema_name)
-            if self.options.write_mode == "exactly-once":
+            if self.options.exactly_once:
                 ddl.ensure_ledger(cur, self.options.schema_name)
+            if self.options.write_mode == "prepared":
+                cur.execute("SHOW max_prepared_transactions")
+                if int(cur.fetchone()[0]) == 0:
+                    raise OptionError(
+                        f"postgresql: write_mode=prepared needs prepared transactions, and "
+                        f"{describe(self.options)} has max_prepared_transactions = 0: set it "
+                        "above the number of tasks writing at once (postgresql.conf, then "
+                        "restart the server), or use write_mode=exactly-once",
+                        option="write_mode",
+                        value="prepared",
+                    )
             if self.columns is not None and self.options.table_name is not None:
                 self._ensure(cur, self.options.table_name, self.columns)
+        if self.options.write_mode == "prepared":
+            with self._decisions() as cur:
+                self._settle(cur, None, None)  # what a driver that died had decided
 
     # ------------------------------------------------------------------ shared
 
@@ -216,7 +244,22 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         key = (describe(self.options), self.options.schema_name, table_name, tuple(columns))
         typed = _ENSURED.get(key)
         if typed is None:
-            typed = self._ensure_now(cur, table_name, columns)
+            if self.options.write_mode == "prepared":
+                # a new column waits for the batch's prepared transactions (they hold the
+                # table) while the driver waits for this task: do not wait forever
+                cur.execute("SET LOCAL lock_timeout = '10s'")
+            try:
+                typed = self._ensure_now(cur, table_name, columns)
+            except import_psycopg2().errors.LockNotAvailable as exc:
+                if self.options.write_mode != "prepared":
+                    raise
+                cur.connection.rollback()
+                raise QuixSinksError(
+                    f"postgresql: table {self._table(table_name)} needs new columns, which "
+                    "cannot be added while this micro-batch's prepared transactions hold "
+                    "the table (write_mode=prepared); add the columns first, or use "
+                    "write_mode=exactly-once for a stream whose columns change"
+                ) from exc
             cur.connection.commit()
             _ENSURED.put(key, typed)
         return typed
@@ -270,7 +313,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         task.on_close(slot.release)
 
     def check_fence(self, task: Task) -> None:
-        if self.options.write_mode != "exactly-once":
+        if not self.options.exactly_once:
             return
         ctx = task.context
         owners = task.retry(lambda: self._ledger_owners(task), what="postgresql fence check")
@@ -360,11 +403,28 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 stage = self._copy(cur, batch, table_name, kept, rows, created)
                 count = len(rows) if rows is not None else batch.num_rows
                 staged.tables[table_name] = (stage, count)
+            if self.options.write_mode == "prepared" and staged.tables:
+                staged.prepared.append(self._prepare_transaction(cur, batch))
         conn.commit()
         known = self._stages_made(batch)
         for stage, names in created.items():
             known.setdefault(stage, set()).update(names)
         return staged
+
+    def _prepare_transaction(self, cur: Any, batch: SinkBatch) -> str:
+        """PREPARE the open transaction (this write's COPYs) for the driver; its id."""
+        ctx = batch.context
+        state = batch.task.state if batch.task is not None else {}
+        n = state.get("prepared", 0)
+        gid = prepared_gid(ctx.sink_id, ctx.batch_id, ctx.attempt_id, n)
+        try:
+            cur.execute("PREPARE TRANSACTION %s", (gid,))
+        except import_psycopg2().errors.DuplicateObject:
+            # a retry of this very write after a lost answer: the first PREPARE landed
+            # (same attempt, same rows); this transaction is rolled back
+            cur.connection.rollback()
+        state["prepared"] = n + 1
+        return gid
 
     def _discard(
         self,
@@ -466,7 +526,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         extra = [(ROW_COLUMN, "bigint")] if upsert else []
         if self.options.delete_column is not None:
             extra.append((DELETE_COLUMN, "boolean"))
-        if self.options.write_mode == "exactly-once":
+        if self.options.write_mode == "exactly-once":  # prepared: straight into the target
             ctx = batch.context
             stage = stage_table_name(ctx.sink_id, ctx.batch_id, table, ctx.attempt_id)
             ident = sql.Identifier(table.schema, stage)
@@ -606,6 +666,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
     def commit(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         if self.options.write_mode == "direct":
             return
+        if self.options.write_mode == "prepared":
+            # idempotent (the ledger row, the decided ids): retried when the connection breaks
+            self.options.retry_policy().call(
+                lambda: self._commit_prepared(context, receipts),
+                stats=RetryStats(),
+                what=f"postgresql commit of batch {context.batch_id}",
+            )
+            return
         # target -> [(staging table, partition)], in partition order; and row counts
         sources: dict[str, list[tuple[str, int]]] = {}
         counts: dict[str, int] = {}
@@ -666,6 +734,104 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             if context.streaming:
                 self._prune(cur, context)
 
+    def _commit_prepared(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
+        """Decide (ledger row + decided ids, one transaction), then settle."""
+        sql = import_psycopg2().sql
+        schema = self.options.schema_name
+        ordered = sorted(receipts, key=lambda r: r.partition_id)
+        staged = [s for r in ordered for s in r.staged]
+        gids = [gid for s in staged for gid in s.prepared]
+        tables = sorted({name for s in staged for name in s.tables})
+        rows = sum(count for s in staged for _, count in s.tables.values())
+        with self._decisions(context.sink_id) as cur:
+            cur.execute("BEGIN")
+            decided = True
+            if context.streaming:
+                self._fence(cur, context)
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (sink_id, batch_id, query_id, tables, rows) "
+                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+                    ).format(sql.Identifier(schema, LEDGER_TABLE)),
+                    (context.sink_id, context.batch_id, context.query_id, tables, rows),
+                )
+                decided = cur.fetchone() is not None
+                if not decided:
+                    self.logger.info(
+                        "batch %d of %s is in the ledger already: skipped",
+                        context.batch_id,
+                        context.sink_id,
+                    )
+            if decided and gids:
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (gid, sink_id) SELECT unnest(%s::text[]), %s "
+                        "ON CONFLICT DO NOTHING"
+                    ).format(sql.Identifier(schema, DECIDED_TABLE)),
+                    (gids, context.sink_id),
+                )
+            if context.streaming:
+                self._prune(cur, context)
+            cur.execute("COMMIT")
+            self._settle(cur, context.sink_id, context.batch_id)
+
+    @contextlib.contextmanager
+    def _decisions(self, sink_id: str | None = None) -> Iterator[Any]:
+        """An autocommit cursor (COMMIT PREPARED cannot run in a transaction block) on a
+        new connection, holding the sink id's advisory lock (the one the ledger's commit
+        transaction takes) for the whole session when ``sink_id`` is given."""
+        psycopg2 = import_psycopg2()
+        conn = connect(self.options)
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                if sink_id is not None:
+                    cur.execute(
+                        "SELECT pg_advisory_lock(hashtextextended(%s, 0))",
+                        (self._lock_key(sink_id),),
+                    )
+                yield cur
+        except psycopg2.Error as exc:
+            raise translate(exc, describe(self.options)) from exc
+        finally:
+            conn.close()  # releases the session's advisory lock
+
+    def _settle(self, cur: Any, sink_id: str | None, batch_id: int | None) -> None:
+        """Finish prepared transactions: COMMIT PREPARED every decided one (any sink's: a
+        driver may have died after deciding), ROLLBACK PREPARED the undecided ones of
+        ``sink_id`` up to ``batch_id`` (failed attempts, replays of a committed batch) and
+        any sink's undecided ones older than ``staging_max_age_hours`` (abandoned)."""
+        psycopg2 = import_psycopg2()
+        sql = psycopg2.sql
+        decided_table = sql.Identifier(self.options.schema_name, DECIDED_TABLE)
+        cur.execute(
+            sql.SQL(
+                "SELECT p.gid, d.gid IS NOT NULL, "
+                "p.prepared < now() - make_interval(secs => %s) FROM pg_prepared_xacts p "
+                "LEFT JOIN {} d ON d.gid = p.gid WHERE p.database = current_database()"
+            ).format(decided_table),
+            (self.options.staging_max_age_hours * 3600,),
+        )
+        for gid, decided, old in cur.fetchall():
+            mine = stage_batch(gid, sink_id) if sink_id is not None else None
+            if decided:
+                action = "COMMIT PREPARED %s"
+            elif mine is not None and batch_id is not None and mine <= batch_id:
+                action = "ROLLBACK PREPARED %s"
+            elif old and gid.startswith("_qs_"):
+                self.logger.warning("rolling back abandoned prepared transaction %s", gid)
+                action = "ROLLBACK PREPARED %s"
+            else:
+                continue
+            with contextlib.suppress(psycopg2.errors.UndefinedObject):
+                cur.execute(action, (gid,))  # unless another committer finished it
+        cur.execute(
+            sql.SQL(
+                "DELETE FROM {} d WHERE NOT EXISTS (SELECT 1 FROM pg_prepared_xacts p "
+                "WHERE p.gid = d.gid AND p.database = current_database())"
+            ).format(decided_table)
+        )
+
     def _move(
         self,
         cur: Any,
@@ -718,7 +884,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         ledger = sql.Identifier(self.options.schema_name, LEDGER_TABLE)
         cur.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            (f"quixsinks:{self.options.schema_name}:{context.sink_id}",),
+            (self._lock_key(context.sink_id),),
         )
         dropped = fence_owners(
             context.sink_id,
@@ -737,6 +903,9 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 sql.SQL("DELETE FROM {} WHERE sink_id = %s AND query_id = %s").format(ledger),
                 (context.sink_id, dropped),
             )
+
+    def _lock_key(self, sink_id: str) -> str:
+        return f"quixsinks:{self.options.schema_name}:{sink_id}"
 
     def _prune(self, cur: Any, context: CommitContext) -> None:
         """Old ledger rows of this sink id; staging tables nobody will commit."""
@@ -799,10 +968,31 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         if self.options.write_mode == "direct":
             return
+        if self.options.write_mode == "prepared":
+            gids = [gid for r in receipts for s in r.staged for gid in s.prepared]
+            if gids:
+                with self._decisions(context.sink_id) as cur:
+                    self._rollback_undecided(cur, gids)
+            return
         stages = [stage for r in receipts for s in r.staged for stage, _ in s.tables.values()]
         if stages:
             with self._session() as cur:
                 self._drop_stages(cur, context, stages)
+
+    def _rollback_undecided(self, cur: Any, gids: list[str]) -> None:
+        """ROLLBACK PREPARED those of ``gids`` that no commit has decided (never a landed
+        batch's: a commit that failed after deciding is finished by the next one)."""
+        psycopg2 = import_psycopg2()
+        cur.execute(
+            psycopg2.sql.SQL(
+                "SELECT p.gid FROM pg_prepared_xacts p WHERE p.gid = ANY(%s) AND p.database = "
+                "current_database() AND NOT EXISTS (SELECT 1 FROM {} d WHERE d.gid = p.gid)"
+            ).format(psycopg2.sql.Identifier(self.options.schema_name, DECIDED_TABLE)),
+            (gids,),
+        )
+        for (gid,) in cur.fetchall():
+            with contextlib.suppress(psycopg2.errors.UndefinedObject):
+                cur.execute("ROLLBACK PREPARED %s", (gid,))
 
 
 def _rollback(conn: Any) -> bool:
