@@ -50,6 +50,7 @@ bench: install services
 	$(PY) benchmarks/bench_postgresql.py
 	$(PY) benchmarks/bench_influxdb3.py
 	$(PY) benchmarks/bench_object_storage.py
+	$(PY) benchmarks/plot.py
 
 lint: install
 	$(VENV)/bin/ruff check .

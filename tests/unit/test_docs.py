@@ -39,3 +39,46 @@ def test_every_matrix_row_has_a_cell_for_every_sink() -> None:
 
     for case in CASES:
         assert set(case.cells) == set(SINKS), case.label
+
+
+def test_every_relative_link_and_image_in_the_docs_resolves() -> None:
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path = target.split("#", 1)[0]
+            if not path or re.match(r"[a-z]+:", path):  # an anchor or a URL
+                continue
+            if not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, f"links to missing files: {broken}"
+
+
+def test_the_benchmark_plot_draws_every_result(tmp_path: Path) -> None:
+    import json
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import plot
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    case = {"name": "noop-arrow", "rows_per_s": 1000.0}
+    document = {
+        "benchmark": "demo",
+        "floor": "noop-arrow",
+        "machine": {"rows": 10, "date": "2026-11-23"},
+        "cases": {
+            "noop-arrow": case,
+            "sink-x": {**case, "name": "sink-x", "rows_per_s": 500.0},
+            "quix-x": {**case, "name": "quix-x", "rows_per_s": 50.0},
+        },
+    }
+    (tmp_path / "demo.json").write_text(json.dumps(document))
+    (tmp_path / "other.json").write_text("[1, 2]")  # not a result: ignored
+    written = plot.plot_all(tmp_path, tmp_path / "img")
+    assert written == [tmp_path / "img" / "demo.png"]
+    assert written[0].read_bytes().startswith(b"\x89PNG")
+    assert [plot.kind(n, "noop-arrow") for n in document["cases"]] == ["floor", "ours", "peer"]

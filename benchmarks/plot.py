@@ -1,0 +1,109 @@
+"""One PNG bar chart per benchmark result: rows/s of every case, the floor and the peers.
+
+    python benchmarks/plot.py [RESULTS_DIR [IMAGES_DIR]]
+    # defaults: benchmarks/results and docs/img/benchmarks
+
+Reads every ``<name>.json`` that ``common.write_results`` wrote and writes
+``<IMAGES_DIR>/<name>.png``: one horizontal bar per case (best of the timed runs),
+quixsinks' own cases in one colour, the floor (the Arrow transfer alone) in grey and
+peers (Spark's writers, Quix Streams, the destination's own tools) in another, with the
+machine and the date in the title. ``make bench`` runs it after the benchmarks;
+docs/benchmarks.md embeds the images.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import StrMethodFormatter
+
+RESULTS = Path(__file__).with_name("results")
+IMAGES = Path(__file__).parent.parent / "docs" / "img" / "benchmarks"
+
+#: Case-name prefixes of quixsinks' own sinks; everything else but the floor is a peer.
+OURS = (
+    "sink",
+    "file",
+    "csvfile",
+    "influxdb3",
+    "lp-",
+    "postgresql",
+    "redis",
+    "iceberg",
+    "kinesis",
+    "pubsub",
+    "bigquery",
+    "tsdatalake",
+)
+COLOURS = {"floor": "#9e9e9e", "ours": "#1f77b4", "peer": "#ff7f0e"}
+LEGEND = {"ours": "quixsinks", "floor": "floor (Arrow transfer only)", "peer": "peer"}
+
+
+def kind(name: str, floor: str) -> str:
+    """``floor``, ``ours`` or ``peer`` for a case name."""
+    if name == floor:
+        return "floor"
+    return "ours" if name.startswith(OURS) else "peer"
+
+
+def plot(document: dict[str, Any], out: Path) -> Path:
+    """Draw one benchmark document (the JSON of ``write_results``) into ``out``."""
+    floor = document.get("floor", "")
+    cases = [c for c in document["cases"].values() if c.get("rows_per_s")]
+    names = [c["name"] for c in cases]
+    rates = [c["rows_per_s"] for c in cases]
+    colours = [COLOURS[kind(n, floor)] for n in names]
+    machine = document.get("machine", {})
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(cases) + 2.0))
+    bars = ax.barh(names, rates, color=colours)
+    ax.invert_yaxis()  # the first case (the floor) on top, as in the tables
+    ax.bar_label(bars, labels=[f"{r:,.0f}" for r in rates], padding=3, fontsize=8)
+    ax.set_xlabel("rows/s (best of the timed runs; higher is better)")
+    ax.set_xlim(0, max(rates) * 1.25)
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    rows = machine.get("rows")
+    subtitle = ", ".join(
+        str(part)
+        for part in (
+            f"{rows:,} rows" if isinstance(rows, int) else None,
+            machine.get("spark_master"),
+            f"{machine.get('host_cores')} host cores" if machine.get("host_cores") else None,
+            f"PySpark {machine.get('pyspark')}" if machine.get("pyspark") else None,
+            str(machine.get("date", ""))[:10] or None,
+        )
+        if part
+    )
+    ax.set_title(f"{document.get('benchmark', out.stem)}\n{subtitle}", fontsize=10)
+    present = [k for k in ("ours", "floor", "peer") if any(kind(n, floor) == k for n in names)]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in present]
+    labels = [LEGEND[k] for k in present]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def plot_all(results: Path = RESULTS, images: Path = IMAGES) -> list[Path]:
+    """``images/<name>.png`` for every result JSON in ``results``; returns the files."""
+    images.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(results.glob("*.json")):
+        document = json.loads(path.read_text())
+        if isinstance(document, dict) and isinstance(document.get("cases"), dict):
+            written.append(plot(document, images / f"{path.stem}.png"))
+    return written
+
+
+if __name__ == "__main__":
+    paths = [Path(arg) for arg in sys.argv[1:3]]
+    for written in plot_all(*paths):
+        print(written)
