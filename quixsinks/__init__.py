@@ -23,14 +23,15 @@ __version__ = "0.1.0"
 __all__ = [*_core_all, "__version__", "available_sinks", "data_source_for", "register"]
 
 
-def register(spark: SparkSession, *custom: Any) -> list[str]:
+def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> list[str]:
     """Register every built-in sink whose extra is installed (and ``custom`` sinks).
 
+    With a local master it first checks that Spark's Python workers can import quixsinks.
     See :func:`quixsinks.spark.registry.register`.
     """
     from .spark.registry import register as _register
 
-    return _register(spark, *custom)
+    return _register(spark, *custom, check_workers=check_workers)
 
 
 def data_source_for(sink_class: type[Sink[Any, Any]]) -> Any:

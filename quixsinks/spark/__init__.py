@@ -2,5 +2,13 @@
 
 from .datasource import QuixDataSource, ReceiptMessage, data_source_for
 from .registry import available_sinks, register
+from .workers import WorkerPythonError
 
-__all__ = ["QuixDataSource", "ReceiptMessage", "available_sinks", "data_source_for", "register"]
+__all__ = [
+    "QuixDataSource",
+    "ReceiptMessage",
+    "WorkerPythonError",
+    "available_sinks",
+    "data_source_for",
+    "register",
+]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from quixsinks.core.errors import MissingDependencyError, QuixSinksError
 from quixsinks.core.sink import Sink
 
+from . import workers
 from .datasource import QuixDataSource, data_source_for
 
 if TYPE_CHECKING:
@@ -58,17 +59,23 @@ def available_sinks() -> dict[str, str | None]:
     return status
 
 
-def register(spark: SparkSession, *custom: Any) -> list[str]:
+def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> list[str]:
     """Register the built-in sinks whose extras are installed, plus ``custom`` ones.
 
     Args:
         spark: the session.
         custom: your own Sink subclasses (e.g. BatchingSink subclasses) or DataSource
             classes, registered under their ``name``.
+        check_workers: with a local master, first check (once per interpreter) that the
+            Python Spark starts for its workers can import quixsinks, and raise
+            :class:`~quixsinks.spark.workers.WorkerPythonError` saying how to fix it if
+            not.
 
     Returns:
         The registered format names.
     """
+    if check_workers:
+        workers.check_workers(spark)
     registered = []
     for name in sorted(BUILTIN_SINKS):
         try:
