@@ -62,8 +62,10 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 ## Regenerate the options tables in docs/sinks/*.md from the code.
+## Regenerate the options tables from the code, then build the docs site into site/
 docs: install
 	$(PY) docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output site

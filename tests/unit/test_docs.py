@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,21 @@ def test_the_benchmark_plot_draws_every_result(tmp_path: Path) -> None:
     assert written == [tmp_path / "img" / "demo.png"]
     assert written[0].read_bytes().startswith(b"\x89PNG")
     assert [plot.kind(n, "noop-arrow") for n in document["cases"]] == ["floor", "ours", "peer"]
+
+
+def test_the_docs_site_builds_strictly_with_every_sink_page_in_its_nav(tmp_path: Path) -> None:
+    from quixsinks.spark.registry import BUILTIN_SINKS
+
+    config = (ROOT / "mkdocs.yml").read_text()
+    for name in BUILTIN_SINKS:
+        assert f"sinks/{name}.md" in config, f"mkdocs.yml nav lacks docs/sinks/{name}.md"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "api" / "index.html").exists()
