@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install java services demo test test-unit test-integration bench lint format docs clean
+.PHONY: install java services demo test test-compat test-unit test-integration bench lint format docs clean
 
 install: java $(STAMP)
 
@@ -34,9 +34,28 @@ services:
 demo: install
 	$(PY) examples/streaming_demo.py
 
-## Run every test (unit and integration, with the servers they need).
+## Run every test (unit and integration, with the servers they need), then the compat tests.
 test: install services
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) test-compat
+
+## The oldest supported versions (pyspark 4.1.0, pyarrow 15) in a second virtualenv: the unit
+## tests and the file, csvfile and postgresql integration tests. `make test` covers the newest.
+COMPAT_VENV ?= .venv-compat
+COMPAT_PINS := pyspark==4.1.0 pyarrow==15.0.0 "numpy<2"
+COMPAT_TESTS := tests/unit tests/integration/test_file_sink.py tests/integration/test_guarantees.py \
+	tests/integration/test_postgresql.py tests/integration/test_type_fidelity.py
+test-compat: java services $(COMPAT_VENV)/.installed-stamp
+	$(COMPAT_VENV)/bin/python -c "import pyspark, pyarrow; print('compat:', 'pyspark', pyspark.__version__, 'pyarrow', pyarrow.__version__)"
+	$(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(PYTEST_ARGS)
+
+$(COMPAT_VENV)/.installed-stamp: pyproject.toml Makefile
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install --quiet --upgrade pip
+	printf '%s\n' $(COMPAT_PINS) > $(COMPAT_VENV)/constraints.txt
+	$(COMPAT_VENV)/bin/pip install --quiet -c $(COMPAT_VENV)/constraints.txt -e ".[dev]" \
+	  --config-settings editable_mode=compat
+	touch $@
 
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -68,4 +87,4 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output site
+	rm -rf $(VENV) $(COMPAT_VENV) .pytest_cache .mypy_cache .ruff_cache demo-output site

@@ -196,6 +196,20 @@ def json_column(column: pa.Array) -> pa.Array:
     return pc.fill_null(_json_text(column), "null")
 
 
+def _decimal_text(column: pa.Array) -> pa.Array:
+    """Decimals as plain digits (``-0.000000000000000001``), never exponent notation.
+
+    Older pyarrow (15, for one) casts small decimals to strings such as ``-1.E-18``: not
+    JSON. Those few values are formatted by Python's decimal module instead.
+    """
+    text = pc.cast(column, pa.string())
+    exponent = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(exponent).as_py():
+        return text
+    fixed = [None if v is None else format(v, "f") for v in pc.filter(column, exponent).to_pylist()]
+    return pc.replace_with_mask(text, exponent, pa.array(fixed, pa.string()))
+
+
 def _json_text(column: pa.Array) -> pa.Array:
     """JSON text per value; null where the value is null."""
     t = column.type
@@ -206,7 +220,9 @@ def _json_text(column: pa.Array) -> pa.Array:
         return _json_text(column.dictionary_decode())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return _json_strings(pc.cast(column, pa.string()))
-    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_boolean(t):
+    if pa.types.is_decimal(t):
+        return _decimal_text(column)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return pc.cast(column, pa.string())
     if pa.types.is_floating(t):
         finite = pc.is_finite(column)
@@ -534,16 +550,44 @@ class CSVFormat(Format):
     def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         if batch.num_rows == 0:
             return b""
-        dialect = self._python_dialect()
-        options = pa_csv.WriteOptions(
-            include_header=False,
-            delimiter=dialect.delimiter,
-            eol=dialect.lineterminator,
-            quoting_style="all_valid" if dialect.quoting == csv.QUOTE_ALL else "needed",
-        )
-        out = pa.BufferOutputStream()
-        pa_csv.write_csv(self.table(batch), out, write_options=options)
-        return out.getvalue()
+        return csv_bytes(self.table(batch), self._python_dialect())
+
+
+#: pyarrow >= 26 writes any line terminator; older versions end every line with "\n"
+_CSV_WRITER_EOL = hasattr(pa_csv.WriteOptions(), "eol")
+
+
+def csv_bytes(table: pa.Table, dialect: type[csv.Dialect]) -> bytes | pa.Buffer:
+    """``table`` as CSV rows (no header) in ``dialect``, by pyarrow's writer.
+
+    Before pyarrow 26 the writer has no line-terminator option: for a dialect that does
+    not end lines with "\n" (``excel``: "\r\n") the "\n"s are replaced, which is exact
+    unless a value holds a newline; then the batch goes through Python's csv writer.
+    """
+    options: dict[str, Any] = {
+        "include_header": False,
+        "delimiter": dialect.delimiter,
+        "quoting_style": "all_valid" if dialect.quoting == csv.QUOTE_ALL else "needed",
+    }
+    if _CSV_WRITER_EOL:
+        options["eol"] = dialect.lineterminator
+    out = pa.BufferOutputStream()
+    pa_csv.write_csv(table, out, write_options=pa_csv.WriteOptions(**options))
+    data = out.getvalue()
+    if _CSV_WRITER_EOL or dialect.lineterminator == "\n":
+        return data
+    newline_inside = any(
+        pc.any(pc.match_substring(column, "\n")).as_py()
+        for column in table.columns
+        if pa.types.is_string(column.type)
+    )
+    if not newline_inside:
+        return data.to_pybytes().replace(b"\n", dialect.lineterminator.encode())
+    buffer = io.StringIO()
+    csv.writer(buffer, dialect=dialect).writerows(
+        ["" if v is None else v for v in row.values()] for row in table.to_pylist()
+    )
+    return buffer.getvalue().encode("utf-8")
 
 
 # ----------------------------------------------------------------------------- resolve

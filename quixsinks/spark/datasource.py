@@ -72,9 +72,15 @@ def _ensure_logging() -> None:
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of the batches Spark hands the writers (timestamps in UTC)."""
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC")
+    convert: Any = to_arrow_schema
+    if "timezone" in inspect.signature(convert).parameters:  # pyspark >= 4.2
+        return convert(schema, timezone="UTC")
+    return convert(schema, timestamp_utc=True)  # pyspark 4.1
 
 
 class QuixDataSource(DataSource):

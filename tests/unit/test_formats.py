@@ -24,6 +24,7 @@ from quixsinks.core.formats import (
     CSVFormat,
     JSONFormat,
     ParquetFormat,
+    json_objects,
     resolve_format,
 )
 from quixsinks.core.records import RecordSchema
@@ -607,3 +608,37 @@ def test_csv_custom_key_serializer_keeps_exact_decimal_values() -> None:
     table = pa.table({"key": ["k"], "d": pa.array([decimal.Decimal("0.10")], pa.decimal128(5, 2))})
     [row] = csv_rows(fmt.serialize(make_batch(table)))
     assert row[1] == '{"d":0.10}'
+
+
+@pytest.mark.parametrize("values", [["a", "b,c", None], ["line\nbreak", 'q"uote', None]])
+@pytest.mark.parametrize("dialect", [csv.excel, csv.unix_dialect, csv.excel_tab])
+def test_csv_rows_are_the_same_without_pyarrows_line_terminator_option(
+    monkeypatch: pytest.MonkeyPatch, values: list[str | None], dialect: type[csv.Dialect]
+) -> None:
+    """pyarrow < 26 has no ``eol``: the fallback must give rows Python's csv reads back."""
+    from quixsinks.core import formats
+
+    numbers = [1, None, 3]
+    table = pa.table({"s": values, "n": numbers})
+    expected = [["" if v is None else str(v) for v in r] for r in zip(values, numbers, strict=True)]
+    monkeypatch.setattr(formats, "_CSV_WRITER_EOL", False)
+    data = formats.csv_bytes(table, dialect)
+    raw = data if isinstance(data, bytes) else data.to_pybytes()
+    assert raw.count(dialect.lineterminator.encode()) >= len(values)
+    assert list(csv.reader(io.StringIO(raw.decode(), newline=""), dialect=dialect)) == expected
+
+
+def test_tiny_decimals_are_json_digits_not_exponents() -> None:
+    """pyarrow 15 casts -1E-18 to "-1.E-18"; JSON needs plain digits on every version."""
+    table = pa.table(
+        {
+            "d": pa.array(
+                [decimal.Decimal("-1E-18"), None, decimal.Decimal("5")], pa.decimal128(38, 18)
+            )
+        }
+    )
+    assert json_objects(table).to_pylist() == [
+        '{"d":-0.000000000000000001}',
+        '{"d":null}',
+        '{"d":5.000000000000000000}',
+    ]

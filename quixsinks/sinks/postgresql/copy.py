@@ -168,7 +168,7 @@ def _binary_array(array: pa.Array, pg: str, name: str) -> pa.Array | None:
             return None
         return pc.cast(array, pa.timestamp("us", t.tz))
     if base == "numeric":
-        if pa.types.is_decimal128(t) or pa.types.is_decimal64(t) or pa.types.is_decimal32(t):
+        if pa.types.is_decimal(t) and not pa.types.is_decimal256(t):  # 32, 64 and 128 bits
             return pc.cast(array, pa.decimal128(38, t.scale)) if t.precision <= 38 else None
         if pa.types.is_integer(t):
             return pc.cast(array, pa.decimal128(38, 0))
