@@ -13,6 +13,7 @@ from quixsinks.sinks.csvfile import CSVFileSink
 from quixsinks.sinks.file import FileSink
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 from quixsinks.sinks.postgresql import PostgreSQLSink
+from quixsinks.sinks.redis import RedisSink
 
 from .datasource import QuixDataSource
 
@@ -21,6 +22,7 @@ __all__ = [
     "FileDataSource",
     "InfluxDB3DataSource",
     "PostgreSQLDataSource",
+    "RedisDataSource",
 ]
 
 
@@ -60,3 +62,13 @@ class PostgreSQLDataSource(QuixDataSource):
     """
 
     sink_class = PostgreSQLSink
+
+
+class RedisDataSource(QuixDataSource):
+    """``format("redis")``: keys, hashes, sets or sorted sets in Redis; effectively
+    exactly-once.
+
+    Save mode append; streaming output mode append. See docs/sinks/redis.md.
+    """
+
+    sink_class = RedisSink

@@ -1,0 +1,159 @@
+"""Options of the ``redis`` sink (Quix RedisSink's names, snake_case or camelCase)."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from quixsinks.core.errors import OptionError
+from quixsinks.core.options import option
+from quixsinks.core.sink import CommonOptions
+
+__all__ = ["DataType", "RedisOptions", "template_fields"]
+
+DataType = Literal["string", "hash", "set", "zset"]
+
+
+def template_fields(template: str) -> list[tuple[str, str | None]]:
+    """``sensor:{city}:{id}`` -> [("sensor:", "city"), (":", "id")]; OptionError if bad."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise OptionError(
+            f"redis: 'key_template' {template!r} is not a valid template: {exc}",
+            option="key_template",
+            value=template,
+        ) from None
+    out: list[tuple[str, str | None]] = []
+    for literal, name, spec, conversion in parsed:
+        if name is not None and (not name or spec or conversion or "." in name or "[" in name):
+            raise OptionError(
+                f"redis: 'key_template' {template!r}: write plain column names in braces, "
+                "such as {city} (no format specs, conversions, indexes or empty braces)",
+                option="key_template",
+                value=template,
+            )
+        out.append((literal, name))
+    if not any(name for _, name in out):
+        raise OptionError(
+            f"redis: 'key_template' {template!r} names no column; every row would get the same key",
+            option="key_template",
+            value=template,
+        )
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedisOptions(CommonOptions):
+    sink_name: ClassVar[str] = "redis"
+
+    host: str = option("localhost", doc="Server host name (or give 'url')")
+    port: int = option(6379, minimum=1, doc="Server port")
+    db: int = option(0, minimum=0, doc="Database number")
+    username: str | None = option(None, doc="ACL user name (Redis 6+); default: the default user")
+    password: str | None = option(
+        None, secret=True, env="REDIS_PASSWORD", doc="Password (default: REDIS_PASSWORD)"
+    )
+    url: str | None = option(
+        None,
+        secret=True,
+        doc="redis:// or rediss:// URL instead of host, port, db, username and password",
+    )
+    socket_timeout: float = option(
+        30.0, minimum=0.001, doc="Seconds to wait for the server (connect, send, reply)"
+    )
+    ssl: bool = option(False, doc="Connect with TLS (as a rediss:// URL does)")
+    ssl_ca_certs: str | None = option(None, doc="CA bundle file that verifies the server")
+    ssl_verify: bool = option(True, doc="Verify the server's TLS certificate and host name")
+    data_type: DataType = option(
+        "string",
+        doc="string: SET key value (Quix's behaviour); hash: HSET one field per value "
+        "column; set: SADD key value; zset: ZADD key score value",
+    )
+    key_template: str | None = option(
+        None,
+        doc="Key built from columns, e.g. sensor:{city}:{id}; default: the key column as is",
+    )
+    key_prefix: str = option("", doc="Text put before every key")
+    value_column: str | None = option(
+        None,
+        doc="Write this one column as the value as is (text and bytes unchanged, other "
+        "types as JSON); default: a JSON object of the value columns",
+    )
+    key_serializer: str | None = option(
+        None,
+        doc="Import path (module:function) called per row on the key; returns str or bytes "
+        "(slower than the vectorised default)",
+    )
+    value_serializer: str | None = option(
+        None,
+        doc="Import path (module:function) called per row on the value dict; returns str or "
+        "bytes (Quix's json.dumps is the default, built vectorised)",
+    )
+    hash_replace: bool = option(
+        False,
+        doc="hash: delete the key before HSET so that it holds only this row's fields "
+        "(default: the fields are updated, others kept)",
+    )
+    score_column: str | None = option(None, doc="zset: the numeric column holding the score")
+    ttl_seconds: int | None = option(
+        None, minimum=1, doc="Expire every written key after this many seconds"
+    )
+    ttl_column: str | None = option(
+        None, doc="Integer column: seconds until the row's key expires (null: no expiry)"
+    )
+    null_keys: Literal["error", "skip"] = option(
+        "error", doc="A row whose key is null: fail naming the row, or skip it and count it"
+    )
+    pipeline_size: int = option(
+        1000, minimum=1, doc="Commands per pipeline (one network round trip)"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.key_template is not None:
+            template_fields(self.key_template)
+        if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise OptionError(
+                "redis: 'url' must start with redis://, rediss:// or unix://",
+                option="url",
+            )
+        if self.data_type == "zset" and self.score_column is None:
+            raise OptionError(
+                "redis: data_type=zset needs 'score_column' (the column holding each score)",
+                option="score_column",
+            )
+        if self.data_type != "zset" and self.score_column is not None:
+            raise OptionError(
+                f"redis: 'score_column' applies to data_type=zset only, not {self.data_type}",
+                option="score_column",
+                value=self.score_column,
+            )
+        if self.ttl_seconds is not None and self.ttl_column is not None:
+            raise OptionError(
+                "redis: give at most one of 'ttl_seconds' and 'ttl_column'", option="ttl_column"
+            )
+        if self.hash_replace and self.data_type != "hash":
+            raise OptionError(
+                "redis: 'hash_replace' applies to data_type=hash only", option="hash_replace"
+            )
+        if self.data_type == "hash" and (self.value_column or self.value_serializer):
+            raise OptionError(
+                "redis: data_type=hash writes one field per value column; 'value_column' and "
+                "'value_serializer' do not apply (choose the fields with value_columns)",
+                option="value_column" if self.value_column else "value_serializer",
+            )
+        if self.value_column is not None and self.value_serializer is not None:
+            raise OptionError(
+                "redis: give at most one of 'value_column' and 'value_serializer'",
+                option="value_serializer",
+            )
+        for name in ("key_serializer", "value_serializer"):
+            path = getattr(self, name)
+            if path is not None and ":" not in path and "." not in path:
+                raise OptionError(
+                    f"redis: {name!r} must be an import path such as mypackage.module:function",
+                    option=name,
+                    value=path,
+                )

@@ -1,0 +1,636 @@
+"""The Redis sink: commands built as RESP bytes in Arrow, sent in pipelines.
+
+Executor: each SinkBatch becomes one RESP command stream (``SET``, ``HSET``, ``SADD`` or
+``ZADD``, optionally ``DEL`` before and ``EXPIRE`` after), built with pyarrow.compute
+kernels, with no Python per row (unless a ``key_serializer`` / ``value_serializer`` is
+given). The stream is sent in pipelines of ``pipeline_size`` commands (one round trip
+each, no MULTI); the replies are parsed by hiredis. Each pipeline runs under the task's
+RetryPolicy: connection loss, timeouts and the replies ``OOM``, ``BUSY``, ``LOADING``,
+``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``READONLY`` are retried with backoff (a
+pipeline of overwrites is safe to send again); ``WRONGTYPE`` (the key holds another
+type) is a RecordError naming the key; refused credentials fail at once.
+
+Driver: nothing to commit. Every command is an overwrite of the same key, field or member
+with the same value, so a replayed micro-batch leaves Redis as one run would: effectively
+exactly-once (the one caveat: a replay restarts the TTLs it sets).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quixsinks.core.arrow import first_null, first_true, join_lines
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.clients import ClientCache, client_key
+from quixsinks.core.errors import (
+    DestinationAccessDeniedError,
+    DestinationError,
+    MissingDependencyError,
+    OptionError,
+    QuixSinksError,
+    RecordError,
+    RetryableError,
+)
+from quixsinks.core.formats import json_column, json_objects
+from quixsinks.core.sink import Sink
+
+from .options import RedisOptions, template_fields
+
+__all__ = ["RedisSink", "resp_commands"]
+
+# Connection pools per process (Python workers are reused between tasks), closed at exit
+_POOLS: ClientCache[Any] = ClientCache("redis connection pools", lambda p: p.disconnect())
+
+#: Redis refuses a string (or bulk argument) larger than this
+MAX_VALUE_BYTES = 512 * 1024 * 1024
+#: replies that mean "not now": the pipeline is sent again after a backoff
+RETRYABLE_REPLIES = (
+    "OOM",
+    "BUSY",
+    "LOADING",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "READONLY",
+    "NOREPLICAS",
+)
+_AUTH_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM")
+
+Piece: TypeAlias = pa.Array | bytes
+
+
+def import_client() -> Any:
+    try:
+        import hiredis  # noqa: F401  (the reply parser the sink reads pipelines with)
+        import redis
+    except ImportError as exc:
+        raise MissingDependencyError("redis[hiredis]", "redis") from exc
+    return redis
+
+
+def _load_callable(path: str, option: str) -> Callable[[Any], Any]:
+    module_name, _, attribute = path.replace(":", ".").rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise OptionError(
+            f"redis: {option!r} {path!r} cannot be imported: {exc}", option=option, value=path
+        ) from None
+    if not callable(found):
+        raise OptionError(f"redis: {option!r} {path!r} is not callable", option=option, value=path)
+    return found  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------- RESP in Arrow
+
+
+def as_text(column: pa.Array, name: str) -> pa.Array:
+    """A column as binary Redis arguments: text and bytes as they are, numbers and booleans
+    as their text, times and nested values as JSON (strings without their quotes)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    t = column.type
+    if pa.types.is_dictionary(t):
+        column = column.dictionary_decode()
+        t = column.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pc.cast(column, pa.binary())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pc.cast(pc.cast(column, pa.large_binary()), pa.binary())
+    if pa.types.is_boolean(t):
+        return pc.cast(pc.if_else(column, "true", "false"), pa.binary())
+    if pa.types.is_integer(t) or pa.types.is_decimal(t):
+        return pc.cast(pc.cast(column, pa.string()), pa.binary())
+    if pa.types.is_null(t):
+        return pa.nulls(len(column), pa.binary())
+    text = json_column(column)  # floats (shortest text), times, nested values
+    text = pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), text)
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        text = pc.utf8_slice_codeunits(text, 1, -1)  # the ISO text, without JSON quotes
+    del name
+    return pc.cast(text, pa.binary())
+
+
+def _bulk(arg: Piece) -> list[Piece]:
+    """RESP bulk string pieces of one argument (an array, or the same bytes in every row)."""
+    if isinstance(arg, bytes):
+        return [b"$%d\r\n%s\r\n" % (len(arg), arg)]
+    length = pc.cast(pc.cast(pc.binary_length(arg), pa.string()), pa.binary())
+    return [b"$", length, b"\r\n", arg, b"\r\n"]
+
+
+def _join(pieces: list[Piece], rows: int) -> pa.Array:
+    merged: list[Piece] = []
+    for piece in pieces:
+        if isinstance(piece, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] = merged[-1] + piece
+        elif not (isinstance(piece, bytes) and not piece):
+            merged.append(piece)
+    if not any(isinstance(p, pa.Array) for p in merged):
+        return pa.array([b"".join(merged)] * rows, pa.binary())
+    scalars = [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in merged]
+    return pc.binary_join_element_wise(*scalars, pa.scalar(b"", pa.binary()))
+
+
+def resp_commands(args: list[Piece], rows: int) -> pa.Array:
+    """One RESP command per row (``*N`` then each argument as a bulk string)."""
+    pieces: list[Piece] = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        pieces += _bulk(arg)
+    return _join(pieces, rows)
+
+
+@dataclass(frozen=True)
+class Commands:
+    """A batch's command stream: per row, its commands' bytes and how many commands."""
+
+    data: pa.Array  # binary, one element per row (possibly several commands)
+    counts: pa.Array  # int64, commands (replies) per row
+    keys: pa.Array  # binary, the key of each row (for error messages)
+
+
+# ---------------------------------------------------------------------- the sink
+
+
+class RedisSink(Sink[RedisOptions, None]):
+    """Writes keys, hashes, sets or sorted sets to Redis; effectively exactly-once.
+    See docs/sinks/redis.md."""
+
+    name: ClassVar[str] = "redis"
+    options_class = RedisOptions
+    guarantee = "effectively exactly-once"
+    extra = "redis"
+    retries_requests = True  # each pipeline under the task's RetryPolicy, see write()
+
+    def __init__(self, options: RedisOptions, *, overwrite: bool = False) -> None:
+        super().__init__(options, overwrite=overwrite)
+        self.value_names: tuple[str, ...] = ()
+
+    @classmethod
+    def check_dependencies(cls) -> None:
+        import_client()
+
+    def __repr__(self) -> str:
+        opts = self.options
+        where = "url=***" if opts.url else f"host={opts.host!r}, port={opts.port}, db={opts.db}"
+        return f"RedisSink({where}, data_type={opts.data_type!r})"
+
+    # ------------------------------------------------------------------ driver: planning
+
+    def _need_column(self, schema: pa.Schema, name: str, option: str) -> None:
+        if name not in schema.names:
+            raise OptionError(
+                f"redis: {option!r} names {name!r}, which the DataFrame does not have; its "
+                f"columns are: {', '.join(schema.names)}",
+                option=option,
+                value=name,
+            )
+
+    def prepare(self, schema: pa.Schema) -> None:
+        super().prepare(schema)
+        records = self.records
+        assert records is not None
+        opts = self.options
+        json_values = records.value_json
+        if opts.key_template is not None:
+            if not json_values:
+                for _, name in template_fields(opts.key_template):
+                    if name is not None:
+                        self._need_column(schema, name, "key_template")
+        elif records.key is None:
+            raise OptionError(
+                "redis: no key; set 'key_column' (the DataFrame has no `key` column) or "
+                "'key_template' (a key built from columns, e.g. sensor:{id})",
+                option="key_column",
+            )
+        for option_name in ("score_column", "ttl_column"):
+            name = getattr(opts, option_name)
+            if name is not None:
+                self._need_column(schema, name, option_name)
+                t = schema.field(name).type
+                ok = pa.types.is_integer(t) or (
+                    option_name == "score_column"
+                    and (pa.types.is_floating(t) or pa.types.is_decimal(t))
+                )
+                if not ok:
+                    raise OptionError(
+                        f"redis: {option_name!r} column {name!r} has type {t}; it must be "
+                        + ("numeric" if option_name == "score_column" else "an integer"),
+                        option=option_name,
+                        value=name,
+                    )
+        if opts.value_column is not None:
+            self._need_column(schema, opts.value_column, "value_column")
+        taken = {opts.score_column, opts.ttl_column}
+        self.value_names = tuple(n for n in records.values if n not in taken)
+        if not json_values and not self.value_names and opts.value_column is None:
+            raise OptionError(
+                "redis: no value column left once the key, score and TTL columns are taken",
+                option="value_columns",
+            )
+        for path, option_name in (
+            (opts.key_serializer, "key_serializer"),
+            (opts.value_serializer, "value_serializer"),
+        ):
+            if path is not None:
+                _load_callable(path, option_name)
+
+    def preflight(self) -> None:
+        """Connect once (AUTH, SELECT, PING): unreachable, refused or wrong db fails here."""
+        try:
+            self._call(lambda conn: (conn.send_command("PING"), conn.read_response()))
+        except RetryableError as exc:
+            raise DestinationError(exc.message, location=self._where()) from None
+
+    # ------------------------------------------------------------------ connections
+
+    def _where(self) -> str:
+        opts = self.options
+        if opts.url:
+            return "the redis server of 'url'"
+        return f"redis {opts.host}:{opts.port} db {opts.db}"
+
+    def _pool(self) -> Any:
+        return _POOLS.get(client_key(self.options), self._new_pool)
+
+    def _new_pool(self) -> Any:
+        redis = import_client()
+        opts = self.options
+        common: dict[str, Any] = {
+            "socket_timeout": opts.socket_timeout,
+            "socket_connect_timeout": opts.socket_timeout,
+        }
+        tls = opts.ssl or (opts.url or "").startswith("rediss://")
+        if tls:
+            common["ssl_cert_reqs"] = "required" if opts.ssl_verify else "none"
+            common["ssl_check_hostname"] = opts.ssl_verify
+            if opts.ssl_ca_certs:
+                common["ssl_ca_certs"] = opts.ssl_ca_certs
+        if opts.username is not None:
+            common["username"] = opts.username
+        if opts.password is not None:
+            common["password"] = opts.password
+        if opts.url:
+            return redis.ConnectionPool.from_url(opts.url, **common)
+        if tls:
+            common["connection_class"] = redis.SSLConnection
+        return redis.ConnectionPool(host=opts.host, port=opts.port, db=opts.db, **common)
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(connection)``; failures translated (connection loss: RetryableError)."""
+        redis = import_client()
+        pool = self._pool()
+        conn = None
+        try:
+            conn = pool.get_connection()
+            return fn(conn)
+        except QuixSinksError:
+            if conn is not None:
+                conn.disconnect()  # replies may be left unread
+            raise
+        except redis.AuthenticationError as exc:
+            raise DestinationAccessDeniedError(
+                f"{self._where()}: the credentials were refused ({exc}); check 'username' "
+                "and 'password' (or REDIS_PASSWORD)",
+                location=self._where(),
+            ) from None
+        except redis.ResponseError as exc:
+            if conn is not None:
+                conn.disconnect()
+            text = str(exc)
+            if "DB index is out of range" in text or "invalid DB index" in text:
+                raise OptionError(
+                    f"{self._where()}: the server has no database {self.options.db} ({text})",
+                    option="db",
+                    value=str(self.options.db),
+                ) from None
+            raise _reply_error(text, self._where()) from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            if conn is not None:
+                conn.disconnect()
+            raise RetryableError(f"{self._where()}: connection failed: {exc}") from None
+        finally:
+            if conn is not None:
+                pool.release(conn)
+
+    # ------------------------------------------------------------------ executor
+
+    def write(self, batch: SinkBatch) -> None:
+        commands, skipped = self.commands(batch)
+        if skipped:
+            batch.count("skipped_null_keys", skipped)
+        task = batch.task
+        counts = commands.counts
+        per_row = max(1, int(pc.max(counts).as_py() or 1)) if len(counts) else 1
+        rows_per_pipeline = max(1, self.options.pipeline_size // per_row)
+        sent = 0
+        for start in range(0, len(commands.data), rows_per_pipeline):
+            data = commands.data.slice(start, rows_per_pipeline)
+            chunk_counts = counts.slice(start, rows_per_pipeline)
+            replies = int(pc.sum(chunk_counts).as_py() or 0)
+            if not replies:
+                continue
+            body = join_lines(data, b"").to_pybytes()
+            pipeline = functools.partial(
+                self._pipeline, body, replies, chunk_counts, commands.keys, start
+            )
+            what = f"redis pipeline of {replies} commands"
+            task.retry(pipeline, what=what) if task is not None else pipeline()
+            sent += replies
+        batch.count("commands", sent)
+        batch.count("rows_written", len(commands.data) - int(pc.sum(pc.equal(counts, 0)).as_py()))
+
+    def _pipeline(
+        self, body: bytes, replies: int, counts: pa.Array, keys: pa.Array, row0: int
+    ) -> None:
+        errors = self._call(functools.partial(_exchange, body, replies))
+        if not errors:
+            return
+        index, message = errors[0]
+        # the reply index -> the row (rows may send several commands)
+        row, seen = row0, 0
+        for n in counts.to_pylist():
+            seen += n
+            if index < seen:
+                break
+            row += 1
+        key = keys[row].as_py()
+        shown = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        if message.startswith("WRONGTYPE"):
+            raise RecordError(
+                f"{self._where()}: the key {shown!r} (row {row}) holds a value of another "
+                f"type than {self.options.data_type} ({message}); delete it or write to "
+                "other keys (key_prefix)",
+                row=row,
+            )
+        raise _reply_error(f"{message} (key {shown!r}, row {row})", self._where(), row=row)
+
+    def _key_column(self, batch: SinkBatch, values: pa.Table | None) -> pa.Array:
+        opts = self.options
+        if opts.key_template is not None:
+            pieces: list[Piece] = []
+            for literal, name in template_fields(opts.key_template):
+                pieces.append(literal.encode())
+                if name is not None:
+                    pieces.append(as_text(_column(batch, values, name, "key_template"), name))
+            keys = _join(pieces, batch.num_rows)
+        else:
+            assert self.records is not None
+            assert self.records.key is not None
+            keys = as_text(batch.column(self.records.key), self.records.key)
+            if opts.key_serializer is not None:
+                fn = _load_callable(opts.key_serializer, "key_serializer")
+                keys = _python_texts([fn(k) for k in keys.to_pylist()], "key_serializer")
+        if opts.key_prefix:
+            keys = _join([opts.key_prefix.encode(), keys], batch.num_rows)
+        return keys
+
+    def commands(self, batch: SinkBatch) -> tuple[Commands, int]:
+        """The batch's commands and the count of rows skipped for a null key."""
+        opts = self.options
+        values = batch.values() if (self.records and self.records.value_json) else None
+        keys = self._key_column(batch, values)
+        skipped = 0
+        row = first_null(keys)
+        if row is not None:
+            if opts.null_keys == "error":
+                raise RecordError(
+                    f"redis: the key of row {row} is null (key column or key_template column "
+                    "null); set null_keys=skip to skip such rows",
+                    row=row,
+                )
+            keep = pc.is_valid(keys)
+            skipped = batch.num_rows - int(pc.sum(keep).as_py())
+            batch = SinkBatch(
+                batch.table.filter(keep), batch.records, batch.context, batch.counters,
+                None, batch.task,
+            )  # fmt: skip
+            keys = keys.filter(keep)
+            values = batch.values() if values is not None else None
+        rows = batch.num_rows
+        ttl = self._ttl(batch)
+        data_type = opts.data_type
+        if data_type == "hash":
+            data, counts = self._hash_commands(batch, keys, ttl)
+            return Commands(data, counts, keys), skipped
+        value = self._value(batch)
+        _check_size(value, "value")
+        if data_type == "string":
+            if ttl is None:
+                data = resp_commands([b"SET", keys, value], rows)
+            elif isinstance(ttl, bytes):
+                data = resp_commands([b"SET", keys, value, b"EX", ttl], rows)
+            else:
+                with_ttl = resp_commands([b"SET", keys, value, b"EX", pc.fill_null(ttl, b"")], rows)
+                without = resp_commands([b"SET", keys, value], rows)
+                data = pc.if_else(pc.is_valid(ttl), with_ttl, without)
+            return Commands(data, pa.array([1] * rows, pa.int64()), keys), skipped
+        if data_type == "set":
+            data = resp_commands([b"SADD", keys, value], rows)
+        else:
+            assert opts.score_column is not None
+            score = _scores(batch.column(opts.score_column), opts.score_column)
+            data = resp_commands([b"ZADD", keys, score, value], rows)
+        data, counts = _with_expire(data, pa.array([1] * rows, pa.int64()), keys, ttl, rows)
+        return Commands(data, counts, keys), skipped
+
+    def _ttl(self, batch: SinkBatch) -> bytes | pa.Array | None:
+        opts = self.options
+        if opts.ttl_seconds is not None:
+            return str(opts.ttl_seconds).encode()
+        if opts.ttl_column is None:
+            return None
+        column = batch.column(opts.ttl_column)
+        row = first_true(pc.less_equal(column, 0))
+        if row is not None:
+            raise RecordError(
+                f"redis: ttl_column {opts.ttl_column!r} is {column[row].as_py()} in row {row}; "
+                "a TTL must be a positive number of seconds (null: no expiry)",
+                column=opts.ttl_column,
+                row=row,
+            )
+        return as_text(column, opts.ttl_column)
+
+    def _value(self, batch: SinkBatch) -> pa.Array:
+        opts = self.options
+        if opts.value_column is not None:
+            value = as_text(batch.column(opts.value_column), opts.value_column)
+            row = first_null(value)
+            if row is not None:
+                raise RecordError(
+                    f"redis: value_column {opts.value_column!r} is null in row {row}; Redis "
+                    "has no null value (filter such rows, or write JSON values)",
+                    column=opts.value_column,
+                    row=row,
+                )
+            return value
+        table = self._value_table(batch)
+        if opts.value_serializer is not None:
+            fn = _load_callable(opts.value_serializer, "value_serializer")
+            return _python_texts([fn(v) for v in table.to_pylist()], "value_serializer")
+        return pc.cast(json_objects(table), pa.binary())
+
+    def _value_table(self, batch: SinkBatch) -> pa.Table:
+        values = batch.values()
+        taken = {self.options.score_column, self.options.ttl_column}
+        keep = [n for n in values.column_names if n not in taken]
+        return values.select(keep)
+
+    def _hash_commands(
+        self, batch: SinkBatch, keys: pa.Array, ttl: bytes | pa.Array | None
+    ) -> tuple[pa.Array, pa.Array]:
+        rows = batch.num_rows
+        table = self._value_table(batch)
+        pieces: list[Piece] = []
+        fields = pa.array([0] * rows, pa.int64())
+        for name in table.column_names:
+            text = as_text(table.column(name), name)
+            _check_size(text, f"field {name!r}")
+            valid = pc.is_valid(text)
+            name_bytes = name.encode()
+            pair = _join([*_bulk(name_bytes), *_bulk(pc.fill_null(text, b""))], rows)
+            pieces.append(pc.if_else(valid, pair, pa.scalar(b"", pa.binary())))
+            fields = pc.add(fields, pc.cast(valid, pa.int64()))
+        any_field = pc.greater(fields, 0)
+        header = _join(
+            [b"*", pc.cast(pc.cast(pc.add(pc.multiply(fields, 2), 2), pa.string()), pa.binary()),
+             b"\r\n", *_bulk(b"HSET"), *_bulk(keys)],
+            rows,
+        )  # fmt: skip
+        hset = _join([header, *pieces], rows)
+        data = pc.if_else(any_field, hset, pa.scalar(b"", pa.binary()))
+        counts = pc.cast(any_field, pa.int64())
+        if self.options.hash_replace:
+            data = _join([resp_commands([b"DEL", keys], rows), data], rows)
+            counts = pc.add(counts, 1)
+        return _with_expire(data, counts, keys, ttl, rows, only=any_field)
+
+
+def _column(batch: SinkBatch, values: pa.Table | None, name: str, option: str) -> pa.Array:
+    if name in batch.table.column_names:
+        return batch.column(name)
+    if values is not None and name in values.column_names:
+        return values.column(name).combine_chunks()
+    raise RecordError(
+        f"redis: {option!r} names {name!r}, which neither the DataFrame nor this batch's "
+        "JSON values have",
+        column=name,
+    )
+
+
+def _with_expire(
+    data: pa.Array,
+    counts: pa.Array,
+    keys: pa.Array,
+    ttl: bytes | pa.Array | None,
+    rows: int,
+    only: pa.Array | None = None,
+) -> tuple[pa.Array, pa.Array]:
+    """Append ``EXPIRE key ttl`` to the rows that have a TTL (and ``only`` true)."""
+    if ttl is None:
+        return data, counts
+    expire = resp_commands(
+        [b"EXPIRE", keys, ttl if isinstance(ttl, bytes) else pc.fill_null(ttl, b"")], rows
+    )
+    has = pa.array([True] * rows) if isinstance(ttl, bytes) else pc.is_valid(ttl)
+    if only is not None:
+        has = pc.and_(has, only)
+    tail = pc.if_else(has, expire, pa.scalar(b"", pa.binary()))
+    return _join([data, tail], rows), pc.add(counts, pc.cast(has, pa.int64()))
+
+
+def _scores(column: pa.Array, name: str) -> pa.Array:
+    if pa.types.is_decimal(column.type):
+        column = pc.cast(column, pa.float64())
+    row = first_null(column)
+    if row is None and pa.types.is_floating(column.type):
+        row = first_true(pc.is_nan(column))
+    if row is not None:
+        raise RecordError(
+            f"redis: score_column {name!r} is {column[row].as_py()} in row {row}; every "
+            "member needs a score (NaN is not one)",
+            column=name,
+            row=row,
+        )
+    if pa.types.is_floating(column.type):
+        # shortest round-trip text; Arrow spells infinities inf / -inf, as Redis does
+        return pc.cast(pc.cast(column, pa.string()), pa.binary())
+    return as_text(column, name)
+
+
+def _check_size(values: pa.Array, what: str) -> None:
+    if not len(values):
+        return
+    longest = pc.max(pc.binary_length(values)).as_py()
+    if longest is not None and longest > MAX_VALUE_BYTES:
+        row = first_true(pc.greater(pc.binary_length(values), MAX_VALUE_BYTES))
+        raise RecordError(
+            f"redis: the {what} of row {row} is {longest} bytes; Redis stores at most "
+            f"{MAX_VALUE_BYTES} bytes (512 MB) per value",
+            row=row,
+        )
+
+
+def _python_texts(values: list[Any], option: str) -> pa.Array:
+    out: list[bytes | None] = []
+    for value in values:
+        if value is None or isinstance(value, bytes):
+            out.append(value)
+        elif isinstance(value, str):
+            out.append(value.encode())
+        else:
+            raise RecordError(
+                f"redis: {option!r} returned {type(value).__name__}; it must return str or bytes"
+            )
+    return pa.array(out, pa.binary())
+
+
+def _exchange(body: bytes, replies: int, conn: Any) -> list[tuple[int, str]]:
+    """Send a pipeline and read its replies with hiredis; the error replies, by index."""
+    import hiredis
+
+    sock = conn._sock
+    if sock is None:
+        conn.connect()
+        sock = conn._sock
+    sock.sendall(body)
+    reader = hiredis.Reader()
+    errors: list[tuple[int, str]] = []
+    got = 0
+    while got < replies:
+        try:
+            data = sock.recv(1 << 20)
+        except TimeoutError as exc:
+            raise OSError(f"no reply within socket_timeout: {exc}") from None
+        if not data:
+            raise OSError("the server closed the connection")
+        reader.feed(data)
+        while got < replies:
+            reply = reader.gets()
+            if reply is False:
+                break
+            if isinstance(reply, hiredis.ReplyError):
+                errors.append((got, str(reply)))
+            got += 1
+    return errors
+
+
+def _reply_error(text: str, where: str, *, row: int | None = None) -> QuixSinksError:
+    code = text.split(" ", 1)[0]
+    if code in RETRYABLE_REPLIES:
+        return RetryableError(f"{where}: the server answered {text}")
+    if code in _AUTH_REPLIES:
+        return DestinationAccessDeniedError(
+            f"{where}: the server answered {text}; check 'username' and 'password'",
+            location=where,
+        )
+    if code in ("ERR", "WRONGTYPE") and row is not None:
+        return RecordError(f"{where}: the server answered {text}", row=row)
+    return DestinationError(f"{where}: the server answered {text}", location=where)
