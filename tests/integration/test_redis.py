@@ -1,0 +1,272 @@
+"""The `redis` sink through Spark against a real, password-protected redis-server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import quixsinks
+from quixsinks.sinks.redis import RedisSink
+from quixsinks.testing import faulty
+
+from .streams import run_available_now, write_input_files
+
+
+def write(df: Any, redis_sink: dict[str, Any], fmt: str = "redis", **options: str) -> None:
+    writer = df.write.format(fmt).mode("append")
+    for key, value in {**redis_sink["options"], **options}.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def keys(redis_sink: dict[str, Any]) -> list[bytes]:
+    return sorted(redis_sink["client"].keys(redis_sink["prefix"] + "*"))
+
+
+@pytest.fixture
+def readings(spark: Any) -> Any:
+    return spark.sql(
+        """
+        SELECT concat('s', cast(id AS string)) AS key, concat('c', cast(id % 3 AS string)) AS city,
+               id, cast(id AS double) / 4 AS temp, id % 2 = 0 AS ok,
+               concat('say "', cast(id AS string), '"') AS note
+        FROM range(30)
+        """
+    )
+
+
+def test_string_values_are_json_of_the_value_columns_like_quix(
+    readings: Any, redis_sink: dict[str, Any]
+) -> None:
+    write(readings, redis_sink)
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    assert len(keys(redis_sink)) == 30
+    assert json.loads(r.get(p + "s7")) == {
+        "city": "c1",
+        "id": 7,
+        "temp": 1.75,
+        "ok": False,
+        "note": 'say "7"',
+    }
+    assert r.ttl(p + "s7") == -1
+
+
+def test_value_serializer_import_path_is_called_per_row(
+    readings: Any, redis_sink: dict[str, Any]
+) -> None:
+    write(readings, redis_sink, value_serializer="json:dumps", value_columns="id,note")
+    assert (
+        redis_sink["client"].get(redis_sink["prefix"] + "s3") == b'{"id": 3, "note": "say \\"3\\""}'
+    )
+
+
+def test_value_column_is_written_as_is_with_a_ttl(
+    readings: Any, redis_sink: dict[str, Any]
+) -> None:
+    write(readings, redis_sink, value_column="note", ttl_seconds="1000")
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    assert r.get(p + "s4") == b'say "4"'
+    assert 990 < r.ttl(p + "s4") <= 1000
+
+
+def test_hash_fields_from_a_key_template_replacing_the_hash(
+    spark: Any, readings: Any, redis_sink: dict[str, Any]
+) -> None:
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    r.hset(p + "sensor:c1:7", "stale", "x")
+    write(
+        readings,
+        redis_sink,
+        data_type="hash",
+        key_template="sensor:{city}:{id}",
+        value_columns="temp,ok,note",
+        hash_replace="true",
+    )
+    assert r.hgetall(p + "sensor:c1:7") == {b"temp": b"1.75", b"ok": b"false", b"note": b'say "7"'}
+    assert len(keys(redis_sink)) == 30
+    # without hash_replace other fields stay, nulls are left out
+    r.hset(p + "h:1", "kept", "y")
+    df = spark.sql("SELECT 'h:1' AS key, 5 AS a, CAST(NULL AS string) AS b")
+    write(df, redis_sink, data_type="hash")
+    assert r.hgetall(p + "h:1") == {b"kept": b"y", b"a": b"5"}
+
+
+def test_set_and_zset_with_ttl_column(spark: Any, redis_sink: dict[str, Any]) -> None:
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    df = spark.sql(
+        "SELECT concat('g', cast(id % 2 AS string)) AS key, id AS member, id * 1.5 AS score, "
+        "IF(id = 0, NULL, 500) AS ttl FROM range(6)"
+    )
+    write(
+        df.select("key", "member", "ttl"),
+        redis_sink,
+        data_type="set",
+        value_column="member",
+        ttl_column="ttl",
+    )
+    assert r.smembers(p + "g0") == {b"0", b"2", b"4"}
+    assert 490 < r.ttl(p + "g1") <= 500
+    write(
+        df,
+        redis_sink,
+        data_type="zset",
+        key_prefix=p + "z",
+        value_column="member",
+        score_column="score",
+    )
+    assert r.zrange(p + "zg1", 0, -1, withscores=True) == [(b"1", 1.5), (b"3", 4.5), (b"5", 7.5)]
+    write(
+        df,
+        redis_sink,
+        data_type="zset",
+        key_prefix=p + "z",
+        value_column="member",
+        score_column="score",
+    )
+    assert r.zcard(p + "zg1") == 3  # ZADD overwrites: a replay changes nothing
+
+
+@pytest.mark.parametrize("phase", ["write", "commit-before", "commit-after"])
+def test_failures_and_replays_leave_each_key_once(
+    spark: Any, redis_sink: dict[str, Any], tmp_path: Path, phase: str
+) -> None:
+    quixsinks.register(spark, faulty(RedisSink))
+    ids = write_input_files(tmp_path / "in", files=3, rows_per_file=10)
+    options = {
+        **redis_sink["options"],
+        "data_type": "hash",
+        "key_template": "order:{id}",
+        "value_columns": "id,amount",
+        "fail_batch": "1",
+        "fail_phase": phase,
+        "fail_marker": str(tmp_path / "fired"),
+    }
+    try:
+        run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
+    except Exception as exc:  # the driver-side phases fail the query; a task failure is retried
+        assert "injected failure" in str(exc)
+    run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
+    assert (tmp_path / "fired").exists()
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    assert len(keys(redis_sink)) == len(ids)
+    assert sorted(int(r.hget(p + f"order:{i}", "id")) for i in ids) == ids
+
+
+def test_oom_is_backpressure_until_memory_frees(readings: Any, redis_sink: dict[str, Any]) -> None:
+    r = redis_sink["client"]
+    used = int(r.info("memory")["used_memory"])
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", str(used + 1024))
+    threading.Timer(1.5, lambda: redis_sink["server"].client().config_set("maxmemory", "0")).start()
+    try:
+        write(readings.coalesce(1), redis_sink, retry_backoff_seconds="0.3")
+    finally:
+        r.config_set("maxmemory", "0")
+    assert len(keys(redis_sink)) == 30
+
+
+def test_oom_past_the_deadline_fails_clearly(readings: Any, redis_sink: dict[str, Any]) -> None:
+    r = redis_sink["client"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", str(int(r.info("memory")["used_memory"]) + 1024))
+    try:
+        with pytest.raises(Exception, match="OOM"):
+            write(
+                readings.coalesce(1),
+                redis_sink,
+                retry_max_attempts="2",
+                retry_backoff_seconds="0.1",
+            )
+    finally:
+        r.config_set("maxmemory", "0")
+
+
+def test_a_restarted_server_is_reconnected_to(readings: Any, redis_sink: dict[str, Any]) -> None:
+    server = redis_sink["server"]
+    write(readings.coalesce(1), redis_sink)  # pools in the reused Python workers
+    server.restart()
+    started = time.monotonic()
+    write(readings.coalesce(1), redis_sink, retry_backoff_seconds="0.2")
+    assert len(keys(redis_sink)) == 30
+    assert time.monotonic() - started < 60
+
+
+def test_wrongtype_is_a_record_error_naming_the_key(
+    readings: Any, redis_sink: dict[str, Any]
+) -> None:
+    redis_sink["client"].rpush(redis_sink["prefix"] + "s5", "x")
+    with pytest.raises(
+        Exception, match=r"the key '.*s5' \(row \d+\) holds a value of another type"
+    ):
+        write(readings.coalesce(1), redis_sink, data_type="hash")
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"password": "wrong"}, "credentials were refused"),
+        ({"port": "9"}, "connection failed"),
+        ({"db": "4000"}, "no database 4000"),
+        ({"key_template": "x:{nope}"}, "'key_template' names 'nope'"),
+        ({"key_template": "x:{id:>3}"}, "plain column names"),
+        ({"key_column": "none"}, "no key"),
+        ({"data_type": "zset"}, "score_column"),
+        ({"data_type": "zset", "score_column": "note"}, "must be numeric"),
+        ({"ttl_column": "note"}, "must be an integer"),
+        ({"data_type": "list"}, "data_type"),
+        ({"value_serializer": "no_such_module:f"}, "cannot be imported"),
+    ],
+)
+def test_bad_input_fails_before_any_data_moves(
+    readings: Any, redis_sink: dict[str, Any], options: dict[str, str], match: str
+) -> None:
+    with pytest.raises(Exception, match=match) as info:
+        write(readings, redis_sink, **options)
+    assert redis_sink["server"].password not in str(info.value)
+    assert keys(redis_sink) == []
+
+
+def test_null_keys_fail_naming_the_row_or_are_skipped(
+    spark: Any, redis_sink: dict[str, Any]
+) -> None:
+    df = spark.sql("SELECT IF(id = 3, NULL, cast(id AS string)) AS key, id FROM range(5)").coalesce(
+        1
+    )
+    with pytest.raises(Exception, match="key of row 3 is null"):
+        write(df, redis_sink)
+    assert keys(redis_sink) == []
+    write(df, redis_sink, null_keys="skip")
+    assert len(keys(redis_sink)) == 4
+
+
+def test_the_password_comes_from_redis_password(
+    redis_sink: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # read where the options are parsed (the driver's Python), so tested without Spark
+    import pyarrow as pa
+
+    from quixsinks.core.batch import SinkBatch, WriteContext
+    from quixsinks.sinks.redis import RedisOptions
+
+    monkeypatch.setenv("REDIS_PASSWORD", redis_sink["server"].password)
+    options = {k: v for k, v in redis_sink["options"].items() if k != "password"}
+    sink = RedisSink(RedisOptions.from_options(options))
+    assert redis_sink["server"].password not in repr(sink) + repr(sink.options)
+    table = pa.table({"key": ["a"], "v": [1]})
+    sink.prepare(table.schema)
+    sink.preflight()
+    assert sink.records is not None
+    sink.write(SinkBatch(table, sink.records, WriteContext("t", 0)))
+    assert redis_sink["client"].get(redis_sink["prefix"] + "a") == b'{"v":1}'
+
+
+def test_a_url_reaches_the_server(readings: Any, redis_sink: dict[str, Any]) -> None:
+    server = redis_sink["server"]
+    url = f"redis://:{server.password}@127.0.0.1:{server.port}/0"
+    write(readings, {**redis_sink, "options": {"url": url, "key_prefix": redis_sink["prefix"]}})
+    assert len(keys(redis_sink)) == 30
