@@ -27,6 +27,7 @@ SINKS: dict[str, dict[str, str]] = {
     "csvfile": {},
     "postgresql": {},
     "influxdb3": {},
+    "redis": {},
 }
 
 Cell = tuple[str, str]  # (kind, note)
@@ -326,6 +327,29 @@ CASES: tuple[Case, ...] = (
         role="time",
     ),
 )
+
+
+#: redis (data_type=string): each value is the JSON object of the value columns, encoded as
+#: in file json; keys are Redis keys (bytes); the record time is not part of what it writes
+_REDIS_KEYS: dict[str, Cell] = {
+    "key: string, and a null key": (
+        ERROR,
+        "RecordError naming the row of the null key (null_keys=skip skips it); 'k1' as is",
+    ),
+    "key: binary": (LOSSLESS, "the key's bytes as they are"),
+    "key: struct<a:int,b:string>": (CONVERSION, "the key is its JSON text"),
+}
+for _case in CASES:
+    if _case.role == "value":
+        _kind, _note = _case.cells["file json"]
+        _case.cells["redis"] = (
+            _kind,
+            f"in the JSON value: {_note}" if _note else "in the JSON value",
+        )
+    elif _case.role == "key":
+        _case.cells["redis"] = _REDIS_KEYS[_case.label]
+    else:
+        _case.cells["redis"] = (CONVERSION, "not written: a Redis value carries no record time")
 
 
 def markdown() -> str:

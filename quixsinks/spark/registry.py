@@ -26,7 +26,8 @@ logger = logging.getLogger("quixsinks.registry")
 
 #: format name -> the module that Spark auto-registers it from (its ``DefaultSource``)
 BUILTIN_SINKS: dict[str, str] = {
-    name: f"pyspark_quixsinks_{name}" for name in ("csvfile", "file", "influxdb3", "postgresql", "redis")
+    name: f"pyspark_quixsinks_{name}"
+    for name in ("csvfile", "file", "influxdb3", "postgresql", "redis")
 }
 
 

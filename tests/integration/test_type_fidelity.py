@@ -155,6 +155,7 @@ FORMS: dict[str, Callable[[Any, pa.DataType], Any]] = {
     "file parquet": plain_form,
     "postgresql": pg_form,
     "influxdb3": influx_form,
+    "redis": json_form,
 }
 
 
@@ -208,11 +209,22 @@ def read_values(sink: str, where: dict[str, Any], names: list[str]) -> dict[int,
                     value = bytes(value)
                 values[name] = value
             out[values["id"]] = values
+    elif sink == "redis":
+        for _, raw in redis_items(where):
+            value = loads(raw.decode("utf-8"))
+            out[value["id"]] = value
     else:
         influx = where["influx"]
         rows = influx["server"].query(influx["database"], 'SELECT * FROM "fid"')
         out = {row["id"]: row for row in rows}
     return out
+
+
+def redis_items(where: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """(key without the test's prefix, value) of every string key the test wrote."""
+    client, prefix = where["redis"]["client"], where["redis"]["prefix"].encode()
+    found = sorted(client.keys(prefix + b"*"))
+    return [(k[len(prefix) :], client.get(k)) for k in found]
 
 
 def read_parquet(path: str) -> pa.Table:
@@ -246,6 +258,9 @@ def target(sink: str, tmp_path: Path, name: str, request: pytest.FixtureRequest)
     if sink == "postgresql":
         pg = request.getfixturevalue("pg")
         return "postgresql", {**pg["options"], "table_name": name}, {"pg": pg, "table": name}
+    if sink == "redis":
+        redis_sink = request.getfixturevalue("redis_sink")
+        return "redis", dict(redis_sink["options"]), {"redis": redis_sink}
     influx = request.getfixturevalue("influx")
     options = {
         **influx["options"],
@@ -269,6 +284,8 @@ def landed(sink: str, where: dict[str, Any]) -> int:
             if (exists[0][0])
             else 0
         )
+    if sink == "redis":
+        return len(redis_items(where))
     influx = where["influx"]
     return len(influx["server"].query(influx["database"], 'SELECT * FROM "fid"'))
 
@@ -326,6 +343,10 @@ KEY_CASES = [c for c in CASES if c.role == "key"]
 
 
 def key_form(sink: str, value: Any, t: pa.DataType) -> Any:
+    if sink == "redis" and value is not None:
+        if pa.types.is_struct(t):
+            return json.dumps(value, separators=(",", ":")).encode()
+        return value.encode() if isinstance(value, str) else value
     if value is None:
         return "" if sink in ("file csv", "csvfile") else None
     if sink in ("file json", "file csv", "csvfile", "influxdb3") and pa.types.is_binary(t):
@@ -356,6 +377,8 @@ def read_keys(sink: str, where: dict[str, Any]) -> dict[int, Any]:
     if sink == "postgresql":
         rows = query(where["pg"], f'SELECT id, __key FROM "{where["table"]}"')
         return {i: bytes(k) if isinstance(k, memoryview) else k for i, k in rows}
+    if sink == "redis":
+        return {loads(v.decode())["id"]: k for k, v in redis_items(where)}
     influx = where["influx"]
     rows = influx["server"].query(influx["database"], 'SELECT * FROM "fid"')
     return {r["id"]: r.get("__key") for r in rows}
@@ -443,6 +466,12 @@ def test_record_times_are_written_as_declared(
     fmt, options, where = target(sink, tmp_path, "fid", request)
     if sink == "influxdb3":
         options["fields_keys"] = "id"
+    if sink == "redis":
+        options["key_template"] = "t{id}"
+        write(df, fmt, options)
+        values = {k: loads(v.decode()) for k, v in redis_items(where)}
+        assert values == {f"t{i}".encode(): {"id": i} for i in range(len(case.values))}
+        return
     if case.cells[sink][0] == ERROR:
         with pytest.raises(Exception, match="outside what InfluxDB can store"):
             write(df, fmt, options)

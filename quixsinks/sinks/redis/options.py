@@ -78,8 +78,8 @@ class RedisOptions(CommonOptions):
     key_prefix: str = option("", doc="Text put before every key")
     value_column: str | None = option(
         None,
-        doc="Write this one column as the value as is (text and bytes unchanged, other "
-        "types as JSON); default: a JSON object of the value columns",
+        doc="Write this one column as the value as is (text and bytes unchanged, numbers as "
+        "text, other types as JSON); default: a JSON object of the value columns",
     )
     key_serializer: str | None = option(
         None,
