@@ -9,7 +9,8 @@ The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON, an
 second one (checkpoint `postgresql-prepared`) when QUIXSINKS_KILL_PG_PREPARED does. With
 QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id. With
 QUIXSINKS_KILL_ONLY_FILE holding JSON options, only the `file` query runs, with those
-options (an object-store path and its credentials).
+options (an object-store path and its credentials). The `redis` query runs when
+QUIXSINKS_KILL_REDIS holds its options as JSON (one hash per event, key event:{id}).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def main() -> None:
     ):
         if os.environ.get(variable):
             sinks[name] = ("postgresql", json.loads(os.environ[variable]))
+    if os.environ.get("QUIXSINKS_KILL_REDIS"):
+        redis_options = {"data_type": "hash", "key_template": "event:{id}"}
+        redis_options.update(json.loads(os.environ["QUIXSINKS_KILL_REDIS"]))
+        sinks["redis"] = ("redis", redis_options)
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
         sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")

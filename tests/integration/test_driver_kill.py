@@ -101,7 +101,7 @@ def every_sink_committed(tmp_path: Path, pg: dict[str, Any]) -> bool:
 
 
 def test_rows_arrive_exactly_once_across_random_driver_kills(
-    tmp_path: Path, pg: dict[str, Any]
+    tmp_path: Path, pg: dict[str, Any], redis_sink: dict[str, Any]
 ) -> None:
     pg_options = {**pg["options"], "table_name": "events"}
     seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
@@ -109,6 +109,7 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv")]
     prepared = {**pg["options"], "table_name": "events_prepared", "write_mode": "prepared"}
     env = {**os.environ, "QUIXSINKS_KILL_PG_PREPARED": json.dumps(prepared)}
+    env["QUIXSINKS_KILL_REDIS"] = json.dumps(redis_sink["options"])
     kills = kill_at_random(  # the helper users get from quixsinks.testing
         [sys.executable, str(JOB), *args, str(tmp_path / "ck")],
         lambda: committed_batches(tmp_path),
@@ -131,6 +132,13 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
             assert cur.fetchall() == [], f"prepared transactions left behind (seed {seed})"
     finally:
         conn.close()
+    # redis: one hash per event, each holding that event's fields (overwrites: no duplicates)
+    client, prefix = redis_sink["client"], redis_sink["prefix"]
+    keys = sorted(client.keys(prefix + "event:*"))
+    assert len(keys) == len(ids), f"seed {seed}"
+    stored = sorted(int(client.hget(k, "id")) for k in keys)
+    assert stored == ids, f"seed {seed}"
+    assert client.hget(prefix + "event:5", "name") == b'name "5", ok', f"seed {seed}"
 
 
 def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(

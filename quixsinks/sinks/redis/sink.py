@@ -148,6 +148,21 @@ def resp_commands(args: list[Piece], rows: int) -> pa.Array:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One pipeline: its RESP bytes, how many replies they get, the rows they come from."""
+
+    body: pa.Buffer
+    replies: int
+    row0: int
+    counts: pa.Array  # commands per row of the window
+
+
+#: pipelines sent back to back (the next one is on its way while the previous one's
+#: replies are read) and retried together: they are overwrites, safe to send again
+WINDOWS_PER_RETRY = 16
+
+
+@dataclass(frozen=True)
 class Commands:
     """A batch's command stream: per row, its commands' bytes and how many commands."""
 
@@ -330,30 +345,30 @@ class RedisSink(Sink[RedisOptions, None]):
         counts = commands.counts
         per_row = max(1, int(pc.max(counts).as_py() or 1)) if len(counts) else 1
         rows_per_pipeline = max(1, self.options.pipeline_size // per_row)
-        sent = 0
+        windows: list[Window] = []
         for start in range(0, len(commands.data), rows_per_pipeline):
-            data = commands.data.slice(start, rows_per_pipeline)
             chunk_counts = counts.slice(start, rows_per_pipeline)
             replies = int(pc.sum(chunk_counts).as_py() or 0)
-            if not replies:
-                continue
-            body = join_lines(data, b"").to_pybytes()
-            pipeline = functools.partial(
-                self._pipeline, body, replies, chunk_counts, commands.keys, start
-            )
-            what = f"redis pipeline of {replies} commands"
+            if replies:
+                body = join_lines(commands.data.slice(start, rows_per_pipeline), b"")
+                windows.append(Window(body, replies, start, chunk_counts))
+        sent = 0
+        for first in range(0, len(windows), WINDOWS_PER_RETRY):
+            group = windows[first : first + WINDOWS_PER_RETRY]
+            replies = sum(w.replies for w in group)
+            pipeline = functools.partial(self._pipelines, group, commands.keys)
+            what = f"redis pipelines of {replies} commands"
             task.retry(pipeline, what=what) if task is not None else pipeline()
             sent += replies
         batch.count("commands", sent)
         batch.count("rows_written", len(commands.data) - int(pc.sum(pc.equal(counts, 0)).as_py()))
 
-    def _pipeline(
-        self, body: bytes, replies: int, counts: pa.Array, keys: pa.Array, row0: int
-    ) -> None:
-        errors = self._call(functools.partial(_exchange, body, replies))
+    def _pipelines(self, windows: list[Window], keys: pa.Array) -> None:
+        errors = self._call(functools.partial(_exchange, windows))
         if not errors:
             return
-        index, message = errors[0]
+        window, index, message = errors[0]
+        row0, counts = windows[window].row0, windows[window].counts
         # the reply index -> the row (rows may send several commands)
         row, seen = row0, 0
         for n in counts.to_pylist():
@@ -592,32 +607,38 @@ def _python_texts(values: list[Any], option: str) -> pa.Array:
     return pa.array(out, pa.binary())
 
 
-def _exchange(body: bytes, replies: int, conn: Any) -> list[tuple[int, str]]:
-    """Send a pipeline and read its replies with hiredis; the error replies, by index."""
+def _exchange(windows: list[Window], conn: Any) -> list[tuple[int, int, str]]:
+    """Send the pipelines, each as soon as the one before is on the wire, and read every
+    reply with hiredis; the error replies as (window, reply index, message)."""
     import hiredis
 
     sock = conn._sock
     if sock is None:
         conn.connect()
         sock = conn._sock
-    sock.sendall(body)
     reader = hiredis.Reader()
-    errors: list[tuple[int, str]] = []
-    got = 0
-    while got < replies:
-        try:
-            data = sock.recv(1 << 20)
-        except TimeoutError as exc:
-            raise OSError(f"no reply within socket_timeout: {exc}") from None
-        if not data:
-            raise OSError("the server closed the connection")
-        reader.feed(data)
-        while got < replies:
+    errors: list[tuple[int, int, str]] = []
+    if windows:
+        sock.sendall(windows[0].body)
+    for number, window in enumerate(windows):
+        if number + 1 < len(windows):
+            # at most two pipelines' replies are outstanding: a few kB, never enough to
+            # fill the socket buffers and block the server while we send
+            sock.sendall(windows[number + 1].body)
+        got = 0
+        while got < window.replies:
             reply = reader.gets()
             if reply is False:
-                break
+                try:
+                    data = sock.recv(1 << 20)
+                except TimeoutError as exc:
+                    raise OSError(f"no reply within socket_timeout: {exc}") from None
+                if not data:
+                    raise OSError("the server closed the connection")
+                reader.feed(data)
+                continue
             if isinstance(reply, hiredis.ReplyError):
-                errors.append((got, str(reply)))
+                errors.append((number, got, str(reply)))
             got += 1
     return errors
 
