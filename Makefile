@@ -68,6 +68,7 @@ bench: install services
 	$(PY) benchmarks/bench_foundation.py
 	$(PY) benchmarks/bench_postgresql.py
 	$(PY) benchmarks/bench_influxdb3.py
+	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_object_storage.py
 	$(PY) benchmarks/plot.py
 

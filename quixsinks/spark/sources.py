@@ -65,8 +65,8 @@ class PostgreSQLDataSource(QuixDataSource):
 
 
 class RedisDataSource(QuixDataSource):
-    """``format("redis")``: keys, hashes, sets or sorted sets in Redis; effectively
-    exactly-once.
+    """``format("redis")``: keys, hashes, sets, sorted sets (effectively exactly-once),
+    lists and streams (exactly-once) in Redis.
 
     Save mode append; streaming output mode append. See docs/sinks/redis.md.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -220,7 +221,8 @@ def test_wrongtype_is_a_record_error_naming_the_key(
         ({"data_type": "zset"}, "score_column"),
         ({"data_type": "zset", "score_column": "note"}, "must be numeric"),
         ({"ttl_column": "note"}, "must be an integer"),
-        ({"data_type": "list"}, "data_type"),
+        ({"data_type": "queue"}, "data_type"),
+        ({"data_type": "list", "ttl_seconds": "5"}, "TTLs apply to"),
         ({"value_serializer": "no_such_module:f"}, "cannot be imported"),
     ],
 )
@@ -272,3 +274,69 @@ def test_a_url_reaches_the_server(readings: Any, redis_sink: dict[str, Any]) -> 
     url = f"redis://:{server.password}@127.0.0.1:{server.port}/0"
     write(readings, {**redis_sink, "options": {"url": url, "key_prefix": redis_sink["prefix"]}})
     assert len(keys(redis_sink)) == 30
+
+
+@pytest.mark.parametrize(
+    ("data_type", "phase"),
+    [
+        ("list", "write"),
+        ("list", "commit-before"),
+        ("list", "commit-after"),
+        ("stream", "commit-after"),
+    ],
+)
+def test_lists_and_streams_get_each_row_exactly_once_across_failures(
+    spark: Any, redis_sink: dict[str, Any], tmp_path: Path, data_type: str, phase: str
+) -> None:
+    quixsinks.register(spark, faulty(RedisSink))
+    ids = write_input_files(tmp_path / "in", files=3, rows_per_file=10)
+    options = {
+        **redis_sink["options"],
+        "data_type": data_type,
+        "key_template": "events",
+        "value_columns": "id,name",
+        "fail_batch": "1",
+        "fail_phase": phase,
+        "fail_marker": str(tmp_path / "fired"),
+    }
+    failure = ""
+    try:
+        run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
+    except Exception as exc:  # the query fails; the restart replays from the checkpoint
+        failure = str(exc)
+    assert "injected failure" in failure
+    run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    if data_type == "list":
+        entries = [json.loads(v) for v in r.lrange(p + "events", 0, -1)]
+    else:
+        entries = [
+            {k.decode(): v.decode() for k, v in e.items()} for _, e in r.xrange(p + "events")
+        ]
+    assert sorted(int(e["id"]) for e in entries) == ids  # each row once
+    assert next(e for e in entries if int(e["id"]) == 0)["name"] == 'name "0", ok'
+    # each micro-batch (one input file: ids 0-9, 10-19, 20-29) appended in one piece
+    batches = [int(e["id"]) // 10 for e in entries]
+    assert sum(1 for a, b in itertools.pairwise(batches) if a != b) == 2
+    assert r.keys(p + "_quixsinks:staging:*") == []
+    (ledger,) = r.keys(p + "_quixsinks:ledger:*")
+    assert sorted(int(b) for b in r.hkeys(ledger)) == [0, 1, 2]
+
+
+def test_a_list_commit_onto_a_key_of_another_type_appends_nothing(
+    spark: Any, redis_sink: dict[str, Any]
+) -> None:
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    r.set(p + "g1", "x")
+    df = spark.sql("SELECT concat('g', cast(id % 2 AS string)) AS key, id FROM range(6)")
+    with pytest.raises(Exception, match=r"the key '.*g1' holds a value of another type"):
+        write(df, redis_sink, data_type="list")
+    assert r.llen(p + "g0") == 0
+    assert r.keys(p + "_quixsinks:staging:*") == []
+
+
+def test_stream_maxlen_trims(spark: Any, redis_sink: dict[str, Any]) -> None:
+    df = spark.sql("SELECT 's' AS key, id FROM range(500)").coalesce(1)
+    write(df, redis_sink, data_type="stream", stream_maxlen="100")
+    length = redis_sink["client"].xlen(redis_sink["prefix"] + "s")
+    assert 100 <= length < 500

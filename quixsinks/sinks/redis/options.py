@@ -8,11 +8,13 @@ from typing import ClassVar, Literal
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import option
-from quixsinks.core.sink import CommonOptions
+from quixsinks.core.sink import LedgerOptions
 
-__all__ = ["DataType", "RedisOptions", "template_fields"]
+__all__ = ["APPENDING", "DataType", "RedisOptions", "template_fields"]
 
-DataType = Literal["string", "hash", "set", "zset"]
+DataType = Literal["string", "hash", "set", "zset", "list", "stream"]
+#: the data types that append, made exactly-once by staging and a Lua commit
+APPENDING = ("list", "stream")
 
 
 def template_fields(template: str) -> list[tuple[str, str | None]]:
@@ -35,17 +37,11 @@ def template_fields(template: str) -> list[tuple[str, str | None]]:
                 value=template,
             )
         out.append((literal, name))
-    if not any(name for _, name in out):
-        raise OptionError(
-            f"redis: 'key_template' {template!r} names no column; every row would get the same key",
-            option="key_template",
-            value=template,
-        )
     return out
 
 
 @dataclass(frozen=True, kw_only=True)
-class RedisOptions(CommonOptions):
+class RedisOptions(LedgerOptions):
     sink_name: ClassVar[str] = "redis"
 
     host: str = option("localhost", doc="Server host name (or give 'url')")
@@ -69,11 +65,14 @@ class RedisOptions(CommonOptions):
     data_type: DataType = option(
         "string",
         doc="string: SET key value (Quix's behaviour); hash: HSET one field per value "
-        "column; set: SADD key value; zset: ZADD key score value",
+        "column; set: SADD key value; zset: ZADD key score value; list: RPUSH key value; "
+        "stream: XADD key * one field per value column (list and stream: exactly-once, "
+        "staged and committed by one Lua script)",
     )
     key_template: str | None = option(
         None,
-        doc="Key built from columns, e.g. sensor:{city}:{id}; default: the key column as is",
+        doc="Key built from columns, e.g. sensor:{city}:{id} (or one fixed key, e.g. events "
+        "for a list); default: the key column as is",
     )
     key_prefix: str = option("", doc="Text put before every key")
     value_column: str | None = option(
@@ -106,6 +105,9 @@ class RedisOptions(CommonOptions):
     null_keys: Literal["error", "skip"] = option(
         "error", doc="A row whose key is null: fail naming the row, or skip it and count it"
     )
+    stream_maxlen: int | None = option(
+        None, minimum=1, doc="stream: trim each stream to about this many entries (MAXLEN ~)"
+    )
     pipeline_size: int = option(
         1000, minimum=1, doc="Commands per pipeline (one network round trip)"
     )
@@ -134,13 +136,23 @@ class RedisOptions(CommonOptions):
             raise OptionError(
                 "redis: give at most one of 'ttl_seconds' and 'ttl_column'", option="ttl_column"
             )
+        if self.data_type in APPENDING and (self.ttl_seconds or self.ttl_column):
+            raise OptionError(
+                f"redis: TTLs apply to string, hash, set and zset, not {self.data_type}",
+                option="ttl_seconds" if self.ttl_seconds else "ttl_column",
+            )
+        if self.stream_maxlen is not None and self.data_type != "stream":
+            raise OptionError(
+                "redis: 'stream_maxlen' applies to data_type=stream only", option="stream_maxlen"
+            )
         if self.hash_replace and self.data_type != "hash":
             raise OptionError(
                 "redis: 'hash_replace' applies to data_type=hash only", option="hash_replace"
             )
-        if self.data_type == "hash" and (self.value_column or self.value_serializer):
+        if self.data_type in ("hash", "stream") and (self.value_column or self.value_serializer):
             raise OptionError(
-                "redis: data_type=hash writes one field per value column; 'value_column' and "
+                f"redis: data_type={self.data_type} writes one field per value column; "
+                "'value_column' and "
                 "'value_serializer' do not apply (choose the fields with value_columns)",
                 option="value_column" if self.value_column else "value_serializer",
             )

@@ -10,9 +10,12 @@ RetryPolicy: connection loss, timeouts and the replies ``OOM``, ``BUSY``, ``LOAD
 pipeline of overwrites is safe to send again); ``WRONGTYPE`` (the key holds another
 type) is a RecordError naming the key; refused credentials fail at once.
 
-Driver: nothing to commit. Every command is an overwrite of the same key, field or member
-with the same value, so a replayed micro-batch leaves Redis as one run would: effectively
-exactly-once (the one caveat: a replay restarts the TTLs it sets).
+Driver: for ``string``, ``hash``, ``set`` and ``zset`` nothing to commit. Every command is
+an overwrite of the same key, field or member with the same value, so a replayed
+micro-batch leaves Redis as one run would: effectively exactly-once (the one caveat: a
+replay restarts the TTLs it sets). ``list`` and ``stream`` append, so tasks stage their
+entries and the driver appends them with one Lua script under a fenced ledger: exactly-once
+(see ``ledger``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
+    LedgerFenceError,
     MissingDependencyError,
     OptionError,
     QuixSinksError,
@@ -39,9 +43,11 @@ from quixsinks.core.errors import (
     RetryableError,
 )
 from quixsinks.core.formats import json_column, json_objects
-from quixsinks.core.sink import Sink
+from quixsinks.core.ledger import fence_owners
+from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
 
-from .options import RedisOptions, template_fields
+from .ledger import COMMIT_SCRIPT, RedisLedgerStore, ledger_key, staging_key
+from .options import APPENDING, RedisOptions, template_fields
 
 __all__ = ["RedisSink", "resp_commands"]
 
@@ -174,7 +180,7 @@ class Commands:
 # ---------------------------------------------------------------------- the sink
 
 
-class RedisSink(Sink[RedisOptions, None]):
+class RedisSink(Sink[RedisOptions, str]):
     """Writes keys, hashes, sets or sorted sets to Redis; effectively exactly-once.
     See docs/sinks/redis.md."""
 
@@ -337,8 +343,20 @@ class RedisSink(Sink[RedisOptions, None]):
 
     # ------------------------------------------------------------------ executor
 
-    def write(self, batch: SinkBatch) -> None:
-        commands, skipped = self.commands(batch)
+    def write(self, batch: SinkBatch) -> str | None:
+        staging = None
+        if self.options.data_type in APPENDING:
+            ctx = batch.context
+            staging = staging_key(
+                self.options.key_prefix,
+                ctx.name_prefix,
+                ctx.batch_id,
+                ctx.partition_id,
+                ctx.attempt_id,
+            )
+            commands, skipped = self.staged_commands(batch, staging)
+        else:
+            commands, skipped = self.commands(batch)
         if skipped:
             batch.count("skipped_null_keys", skipped)
         task = batch.task
@@ -362,6 +380,159 @@ class RedisSink(Sink[RedisOptions, None]):
             sent += replies
         batch.count("commands", sent)
         batch.count("rows_written", len(commands.data) - int(pc.sum(pc.equal(counts, 0)).as_py()))
+        if staging is None:
+            return None
+        if sent:  # a staging hash no commit names (a failed attempt) expires
+            ttl_ms = int(self.options.staging_max_age_hours * 3_600_000)
+            pexpire = functools.partial(_simple, ("PEXPIRE", staging, ttl_ms))
+            task.retry(
+                lambda: self._call(pexpire), what="redis staging expiry"
+            ) if task else self._call(pexpire)
+        return staging
+
+    # ------------------------------------------------------------------ list / stream
+
+    def staged_commands(self, batch: SinkBatch, staging: str) -> tuple[Commands, int]:
+        """``HSET <staging> <seq> <entry>`` per row (seq: the row's place in the task)."""
+        opts = self.options
+        values = batch.values() if (self.records and self.records.value_json) else None
+        keys = self._key_column(batch, values)
+        skipped = 0
+        row = first_null(keys)
+        if row is not None:
+            if opts.null_keys == "error":
+                raise RecordError(
+                    f"redis: the key of row {row} is null (key column or key_template column "
+                    "null); set null_keys=skip to skip such rows",
+                    row=row,
+                )
+            keep = pc.is_valid(keys)
+            skipped = batch.num_rows - int(pc.sum(keep).as_py())
+            batch = SinkBatch(
+                batch.table.filter(keep), batch.records, batch.context, batch.counters,
+                None, batch.task,
+            )  # fmt: skip
+            keys = keys.filter(keep)
+        rows = batch.num_rows
+        head = _join([_length_text(keys), b"\n", keys], rows)
+        if opts.data_type == "list":
+            value = self._value(batch)
+            _check_size(value, "value")
+            entries = _join([head, value], rows)
+            present = pa.array([True] * rows)
+        else:
+            table = self._value_table(batch)
+            pieces: list[Piece] = [head]
+            fields = pa.array([0] * rows, pa.int64())
+            for name in table.column_names:
+                text = as_text(table.column(name), name)
+                valid = pc.is_valid(text)
+                name_bytes = name.encode()
+                filled = pc.fill_null(text, b"")
+                pair = _join(
+                    [
+                        b"%d\n%s" % (len(name_bytes), name_bytes),
+                        _length_text(filled),
+                        b"\n",
+                        filled,
+                    ],
+                    rows,
+                )
+                pieces.append(pc.if_else(valid, pair, pa.scalar(b"", pa.binary())))
+                fields = pc.add(fields, pc.cast(valid, pa.int64()))
+            entries = _join(pieces, rows)
+            present = pc.greater(fields, 0)
+            none = rows - int(pc.sum(present).as_py()) if rows else 0
+            if none:
+                batch.count("skipped_no_fields", none)
+        _check_size(entries, "entry")
+        task = batch.task
+        first = 0
+        if task is not None:
+            first = task.state.get("redis_seq", 0)
+            task.state["redis_seq"] = first + rows
+        seq = pc.cast(
+            pc.cast(pa.array(range(first, first + rows), pa.int64()), pa.string()), pa.binary()
+        )
+        data = resp_commands([b"HSET", staging.encode(), seq, entries], rows)
+        data = pc.if_else(present, data, pa.scalar(b"", pa.binary()))
+        return Commands(data, pc.cast(present, pa.int64()), keys), skipped
+
+    def _ledger_client(self) -> Any:
+        return import_client().Redis(connection_pool=self._pool())
+
+    def check_fence(self, task: Task) -> None:
+        if self.options.data_type not in APPENDING or not task.context.streaming:
+            return
+        ctx = task.context
+        store = RedisLedgerStore(self._ledger_client(), self.options.key_prefix)
+        owners = task.retry(
+            lambda: self._redis_call(lambda: store.owners(ctx.sink_id)),
+            what="redis fence check",
+        )
+        fence_owners(ctx.sink_id, ctx.query_id, owners, self.options.takeover_query_id)
+
+    def commit(self, context: CommitContext, receipts: list[Receipt[str]]) -> None:
+        if self.options.data_type not in APPENDING:
+            return
+        opts = self.options
+        client = self._ledger_client()
+        ledger = opts.ledger(RedisLedgerStore(client, opts.key_prefix))
+        policy = opts.retry_policy()
+        policy.call(
+            lambda: self._redis_call(lambda: ledger.fence(context.sink_id, context.query_id)),
+            what="redis ledger fence",
+        )
+        keys = [ledger_key(opts.key_prefix, context.sink_id), *staged_in_order(receipts)]
+        args = [
+            str(context.batch_id),
+            context.query_id,
+            opts.data_type,
+            str(opts.stream_maxlen or 0),
+            str(opts.ledger_keep_batches),
+        ]
+        script = client.register_script(COMMIT_SCRIPT)
+        result = policy.call(
+            lambda: self._redis_call(lambda: script(keys=keys, args=args)),
+            what="redis commit script",
+        )
+        code, detail = (
+            int(result[0]),
+            result[1].decode() if isinstance(result[1], bytes) else result[1],
+        )
+        if code == -1:
+            raise LedgerFenceError(
+                sink_id=context.sink_id, owner_query_id=detail, query_id=context.query_id
+            )
+        if code == -2:
+            self.abort(context, receipts)
+            raise RecordError(
+                f"{self._where()}: the key {detail!r} holds a value of another type than "
+                f"{opts.data_type}; nothing of batch {context.batch_id} was appended (delete "
+                "the key or write to other keys with key_prefix)"
+            )
+        self.logger.info("batch %s: %s %s entries appended", context.batch_id, code, opts.data_type)
+
+    def abort(self, context: CommitContext, receipts: list[Receipt[str]]) -> None:
+        staged = [s for r in receipts for s in r.staged]
+        if self.options.data_type not in APPENDING or not staged:
+            return
+        client = self._ledger_client()
+        self._redis_call(lambda: client.delete(*staged))
+
+    def _redis_call(self, fn: Callable[[], Any]) -> Any:
+        """A redis-py client call with its failures translated."""
+        redis = import_client()
+        try:
+            return fn()
+        except redis.AuthenticationError as exc:
+            raise DestinationAccessDeniedError(
+                f"{self._where()}: the credentials were refused ({exc})", location=self._where()
+            ) from None
+        except redis.ResponseError as exc:
+            raise _reply_error(str(exc), self._where()) from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise RetryableError(f"{self._where()}: connection failed: {exc}") from None
 
     def _pipelines(self, windows: list[Window], keys: pa.Array) -> None:
         errors = self._call(functools.partial(_exchange, windows))
@@ -605,6 +776,15 @@ def _python_texts(values: list[Any], option: str) -> pa.Array:
                 f"redis: {option!r} returned {type(value).__name__}; it must return str or bytes"
             )
     return pa.array(out, pa.binary())
+
+
+def _length_text(values: pa.Array) -> pa.Array:
+    return pc.cast(pc.cast(pc.binary_length(values), pa.string()), pa.binary())
+
+
+def _simple(command: tuple[Any, ...], conn: Any) -> Any:
+    conn.send_command(*command)
+    return conn.read_response()
 
 
 def _exchange(windows: list[Window], conn: Any) -> list[tuple[int, int, str]]:
