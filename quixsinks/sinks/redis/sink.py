@@ -29,7 +29,7 @@ from typing import Any, ClassVar, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true, join_lines
+from quixsinks.core.arrow import as_binary, first_null, first_true, join_lines
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
@@ -42,7 +42,7 @@ from quixsinks.core.errors import (
     RecordError,
     RetryableError,
 )
-from quixsinks.core.formats import json_column, json_objects
+from quixsinks.core.formats import json_column, json_object_pieces, json_objects
 from quixsinks.core.ledger import fence_owners
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
 
@@ -124,10 +124,23 @@ def as_text(column: pa.Array, name: str) -> pa.Array:
     return pc.cast(text, pa.binary())
 
 
-def _bulk(arg: Piece) -> list[Piece]:
-    """RESP bulk string pieces of one argument (an array, or the same bytes in every row)."""
+def _bulk(arg: Piece | list[Piece]) -> list[Piece]:
+    """RESP bulk string pieces of one argument: an array, the same bytes in every row, or
+    pieces whose row-wise concatenation is the argument (joined once, with the command)."""
     if isinstance(arg, bytes):
         return [b"$%d\r\n%s\r\n" % (len(arg), arg)]
+    if isinstance(arg, list):
+        arrays = [p for p in arg if not isinstance(p, bytes)]
+        fixed = sum(len(p) for p in arg if isinstance(p, bytes))
+        if not arrays:
+            return _bulk(b"".join(p for p in arg if isinstance(p, bytes)))
+        total = pc.binary_length(arrays[0])
+        for array in arrays[1:]:
+            total = pc.add(total, pc.binary_length(array))
+        if fixed:
+            total = pc.add(total, fixed)
+        length = pc.cast(pc.cast(total, pa.string()), pa.binary())
+        return [b"$", length, b"\r\n", *arg, b"\r\n"]
     length = pc.cast(pc.cast(pc.binary_length(arg), pa.string()), pa.binary())
     return [b"$", length, b"\r\n", arg, b"\r\n"]
 
@@ -145,7 +158,7 @@ def _join(pieces: list[Piece], rows: int) -> pa.Array:
     return pc.binary_join_element_wise(*scalars, pa.scalar(b"", pa.binary()))
 
 
-def resp_commands(args: list[Piece], rows: int) -> pa.Array:
+def resp_commands(args: list[Piece | list[Piece]], rows: int) -> pa.Array:
     """One RESP command per row (``*N`` then each argument as a bulk string)."""
     pieces: list[Piece] = [b"*%d\r\n" % len(args)]
     for arg in args:
@@ -606,8 +619,12 @@ class RedisSink(Sink[RedisOptions, str]):
         if data_type == "hash":
             data, counts = self._hash_commands(batch, keys, ttl)
             return Commands(data, counts, keys), skipped
-        value = self._value(batch)
-        _check_size(value, "value")
+        value: Piece | list[Piece]
+        if self.options.value_column is None and self.options.value_serializer is None:
+            value = _json_pieces(self._value_table(batch))  # joined with the command
+        else:
+            value = self._value(batch)
+            _check_size(value, "value")
         if data_type == "string":
             if ttl is None:
                 data = resp_commands([b"SET", keys, value], rows)
@@ -675,28 +692,49 @@ class RedisSink(Sink[RedisOptions, str]):
         rows = batch.num_rows
         table = self._value_table(batch)
         pieces: list[Piece] = []
-        fields = pa.array([0] * rows, pa.int64())
+        fields: pa.Array | int = 0
         for name in table.column_names:
             text = as_text(table.column(name), name)
             _check_size(text, f"field {name!r}")
-            valid = pc.is_valid(text)
             name_bytes = name.encode()
+            if text.null_count == 0:  # every row has the field: straight into the join
+                pieces += [*_bulk(name_bytes), *_bulk(text)]
+                fields = pc.add(fields, 1) if isinstance(fields, pa.Array) else fields + 1
+                continue
+            valid = pc.is_valid(text)
             pair = _join([*_bulk(name_bytes), *_bulk(pc.fill_null(text, b""))], rows)
             pieces.append(pc.if_else(valid, pair, pa.scalar(b"", pa.binary())))
-            fields = pc.add(fields, pc.cast(valid, pa.int64()))
-        any_field = pc.greater(fields, 0)
-        header = _join(
-            [b"*", pc.cast(pc.cast(pc.add(pc.multiply(fields, 2), 2), pa.string()), pa.binary()),
-             b"\r\n", *_bulk(b"HSET"), *_bulk(keys)],
-            rows,
-        )  # fmt: skip
-        hset = _join([header, *pieces], rows)
+            as_array = (
+                fields if isinstance(fields, pa.Array) else pa.array([fields] * rows, pa.int64())
+            )
+            fields = pc.add(as_array, pc.cast(valid, pa.int64()))
+        if isinstance(fields, int):
+            count: Piece = b"%d" % (2 * fields + 2)
+            any_field = pa.array([fields > 0] * rows, pa.bool_())
+        else:
+            count = pc.cast(pc.cast(pc.add(pc.multiply(fields, 2), 2), pa.string()), pa.binary())
+            any_field = pc.greater(fields, 0)
+        hset = _join([b"*", count, b"\r\n", *_bulk(b"HSET"), *_bulk(keys), *pieces], rows)
         data = pc.if_else(any_field, hset, pa.scalar(b"", pa.binary()))
         counts = pc.cast(any_field, pa.int64())
         if self.options.hash_replace:
             data = _join([resp_commands([b"DEL", keys], rows), data], rows)
             counts = pc.add(counts, 1)
         return _with_expire(data, counts, keys, ttl, rows, only=any_field)
+
+
+def _json_pieces(table: pa.Table) -> list[Piece]:
+    """Pieces of one JSON object per row (as core's json_objects builds), as binary, null
+    free: a JSON object never exceeds Redis's 512 MB in practice (no size check)."""
+    out: list[Piece] = []
+    for piece in json_object_pieces(table):
+        if isinstance(piece, str):
+            out.append(piece.encode())
+        else:
+            out.append(
+                as_binary(piece.combine_chunks() if isinstance(piece, pa.ChunkedArray) else piece)
+            )
+    return out
 
 
 def _column(batch: SinkBatch, values: pa.Table | None, name: str, option: str) -> pa.Array:
