@@ -10,7 +10,8 @@ second one (checkpoint `postgresql-prepared`) when QUIXSINKS_KILL_PG_PREPARED do
 QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id. With
 QUIXSINKS_KILL_ONLY_FILE holding JSON options, only the `file` query runs, with those
 options (an object-store path and its credentials). The `redis` query runs when
-QUIXSINKS_KILL_REDIS holds its options as JSON (one hash per event, key event:{id}).
+QUIXSINKS_KILL_REDIS holds its options as JSON: two queries, `redis` (one hash per
+event, key event:{id}) and `redis-list` (every event appended to the list `events`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def main() -> None:
         redis_options = {"data_type": "hash", "key_template": "event:{id}"}
         redis_options.update(json.loads(os.environ["QUIXSINKS_KILL_REDIS"]))
         sinks["redis"] = ("redis", redis_options)
+        sinks["redis-list"] = (
+            "redis",
+            {**redis_options, "data_type": "list", "key_template": "events"},
+        )
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
         sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")

@@ -139,6 +139,9 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     stored = sorted(int(client.hget(k, "id")) for k in keys)
     assert stored == ids, f"seed {seed}"
     assert client.hget(prefix + "event:5", "name") == b'name "5", ok', f"seed {seed}"
+    listed = [json.loads(v)["id"] for v in client.lrange(prefix + "events", 0, -1)]
+    assert sorted(listed) == ids, f"seed {seed}"  # appended exactly once (staged, Lua commit)
+    assert client.keys(prefix + "_quixsinks:staging:*") == [], f"seed {seed}"
 
 
 def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(

@@ -167,7 +167,13 @@ def test_oom_is_backpressure_until_memory_frees(readings: Any, redis_sink: dict[
     r.config_set("maxmemory", str(used + 1024))
     threading.Timer(1.5, lambda: redis_sink["server"].client().config_set("maxmemory", "0")).start()
     try:
-        write(readings.coalesce(1), redis_sink, retry_backoff_seconds="0.3")
+        write(
+            readings.coalesce(1),
+            redis_sink,
+            retry_backoff_seconds="0.2",
+            retry_max_backoff_seconds="0.5",
+            retry_max_attempts="100",
+        )
     finally:
         r.config_set("maxmemory", "0")
     assert len(keys(redis_sink)) == 30
