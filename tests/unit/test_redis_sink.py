@@ -1,0 +1,87 @@
+"""The redis sink without a server: options, key templates, RESP bytes, secrets."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.sinks.redis import RedisOptions, RedisSink
+from quixsinks.sinks.redis import sink as redis_sink
+from quixsinks.sinks.redis.options import template_fields
+
+
+def options(**extra: str) -> RedisOptions:
+    return RedisOptions.from_options({"password": "s3cret-pw", **extra})
+
+
+def test_key_templates_parse_into_literals_and_columns() -> None:
+    assert template_fields("sensor:{city}:{id}") == [("sensor:", "city"), (":", "id")]
+    assert template_fields("events") == [("events", None)]
+    for bad in ("x:{id:>3}", "x:{}", "x:{a.b}", "x:{"):
+        with pytest.raises(OptionError, match="key_template"):
+            template_fields(bad)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"data_type": "zset"}, "score_column"),
+        ({"score_column": "s"}, "zset only"),
+        ({"ttl_seconds": "5", "ttl_column": "t"}, "at most one"),
+        ({"hash_replace": "true"}, "hash only"),
+        ({"data_type": "hash", "value_column": "v"}, "one field per value column"),
+        ({"data_type": "stream", "value_column": "v"}, "one field per value column"),
+        ({"data_type": "list", "ttl_seconds": "5"}, "TTLs apply"),
+        ({"stream_maxlen": "5"}, "stream only"),
+        ({"url": "http://x"}, "redis://"),
+        ({"value_serializer": "nodots"}, "import path"),
+    ],
+)
+def test_conflicting_options_are_refused(extra: dict[str, str], match: str) -> None:
+    with pytest.raises(OptionError, match=match):
+        options(**extra)
+
+
+def test_secrets_stay_out_of_reprs_and_errors_but_pickle_by_value() -> None:
+    opts = options(url="redis://:url-secret@h:1/0")
+    sink = RedisSink(opts)
+    assert "s3cret-pw" not in repr(opts) + repr(sink)
+    assert "url-secret" not in repr(opts) + repr(sink)
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+def test_string_commands_are_exact_resp() -> None:
+    sink = RedisSink(options(key_prefix="p:", ttl_seconds="9"))
+    table = pa.table({"key": ["a", "bé"], "v": [1, None]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    commands, skipped = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    assert skipped == 0
+    assert commands.data.to_pylist() == [
+        b'*5\r\n$3\r\nSET\r\n$3\r\np:a\r\n$7\r\n{"v":1}\r\n$2\r\nEX\r\n$1\r\n9\r\n',
+        b'*5\r\n$3\r\nSET\r\n$5\r\np:b\xc3\xa9\r\n$10\r\n{"v":null}\r\n$2\r\nEX\r\n$1\r\n9\r\n',
+    ]
+
+
+def test_hash_rows_leave_null_fields_out() -> None:
+    sink = RedisSink(options(data_type="hash"))
+    table = pa.table({"key": ["a", "b", "c"], "x": [1, None, None], "y": ["q", "r", None]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    assert commands.counts.to_pylist() == [1, 1, 0]  # row c has no field: no command
+    assert commands.data[1].as_py() == b"*4\r\n$4\r\nHSET\r\n$1\r\nb\r\n$1\r\ny\r\n$1\r\nr\r\n"
+
+
+def test_a_value_over_512_mb_is_a_record_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_sink, "MAX_VALUE_BYTES", 4)
+    sink = RedisSink(options(value_column="v"))
+    table = pa.table({"key": ["a", "b"], "v": ["abc", "abcdef"]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    with pytest.raises(RecordError, match="row 1 is 6 bytes"):
+        sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
