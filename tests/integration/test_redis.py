@@ -346,3 +346,21 @@ def test_stream_maxlen_trims(spark: Any, redis_sink: dict[str, Any]) -> None:
     write(df, redis_sink, data_type="stream", stream_maxlen="100")
     length = redis_sink["client"].xlen(redis_sink["prefix"] + "s")
     assert 100 <= length < 500
+
+
+@pytest.mark.parametrize("data_type", ["string", "hash"])
+def test_a_cluster_gets_every_key_on_the_node_of_its_slot(
+    readings: Any, redis_cluster: Any, data_type: str
+) -> None:
+    prefix = f"c{data_type}:"
+    options = {**redis_cluster.options, "key_prefix": prefix, "data_type": data_type}
+    write(readings, {"options": options})
+    client = redis_cluster.client()
+    found = sorted(client.keys(f"{prefix}*", target_nodes="all"))
+    assert len(found) == 30
+    nodes_used = {client.keyslot(k) // 5462 for k in found}
+    assert len(nodes_used) > 1  # spread over the nodes
+    if data_type == "string":
+        assert json.loads(client.get(f"{prefix}s7"))["id"] == 7
+    else:
+        assert client.hget(f"{prefix}s7", "id") == b"7"

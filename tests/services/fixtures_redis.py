@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .redis_server import RedisServer
+from .redis_server import RedisCluster, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +32,10 @@ def redis_sink(redis_server: RedisServer) -> dict[str, Any]:
         "server": redis_server,
         "client": redis_server.client(),
     }
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """Three password-protected cluster nodes on 127.0.0.1 (tests/services/redis_server.py)."""
+    with RedisCluster() as cluster:
+        yield cluster

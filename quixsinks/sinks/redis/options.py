@@ -108,6 +108,11 @@ class RedisOptions(LedgerOptions):
     stream_maxlen: int | None = option(
         None, minimum=1, doc="stream: trim each stream to about this many entries (MAXLEN ~)"
     )
+    cluster: bool = option(
+        False,
+        doc="Redis Cluster: rows go to the node of their key's hash slot, pipelined per node "
+        "(string, hash, set, zset)",
+    )
     pipeline_size: int = option(
         1000, minimum=1, doc="Commands per pipeline (one network round trip)"
     )
@@ -141,6 +146,14 @@ class RedisOptions(LedgerOptions):
                 f"redis: TTLs apply to string, hash, set and zset, not {self.data_type}",
                 option="ttl_seconds" if self.ttl_seconds else "ttl_column",
             )
+        if self.cluster and self.data_type in APPENDING:
+            raise OptionError(
+                f"redis: data_type={self.data_type} is not supported with cluster=true (its "
+                "commit script needs every key on one node)",
+                option="cluster",
+            )
+        if self.cluster and self.db != 0:
+            raise OptionError("redis: a Redis Cluster has only db 0", option="db")
         if self.stream_maxlen is not None and self.data_type != "stream":
             raise OptionError(
                 "redis: 'stream_maxlen' applies to data_type=stream only", option="stream_maxlen"

@@ -53,6 +53,7 @@ __all__ = ["RedisSink", "resp_commands"]
 
 # Connection pools per process (Python workers are reused between tasks), closed at exit
 _POOLS: ClientCache[Any] = ClientCache("redis connection pools", lambda p: p.disconnect())
+_CLUSTERS: ClientCache[Any] = ClientCache("redis cluster clients", lambda c: c.close())
 
 #: Redis refuses a string (or bulk argument) larger than this
 MAX_VALUE_BYTES = 512 * 1024 * 1024
@@ -66,6 +67,8 @@ RETRYABLE_REPLIES = (
     "MASTERDOWN",
     "READONLY",
     "NOREPLICAS",
+    "MOVED",  # a slot moved (cluster resharding): the slot map is refreshed, then retried
+    "ASK",
 )
 _AUTH_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM")
 
@@ -279,6 +282,9 @@ class RedisSink(Sink[RedisOptions, str]):
     def preflight(self) -> None:
         """Connect once (AUTH, SELECT, PING): unreachable, refused or wrong db fails here."""
         try:
+            if self.options.cluster:
+                self._redis_call(lambda: self._cluster().ping())
+                return
             self._call(lambda conn: (conn.send_command("PING"), conn.read_response()))
         except RetryableError as exc:
             raise DestinationError(exc.message, location=self._where()) from None
@@ -317,10 +323,35 @@ class RedisSink(Sink[RedisOptions, str]):
             common["connection_class"] = redis.SSLConnection
         return redis.ConnectionPool(host=opts.host, port=opts.port, db=opts.db, **common)
 
-    def _call(self, fn: Callable[[Any], Any]) -> Any:
+    def _cluster(self) -> Any:
+        return _CLUSTERS.get(client_key(self.options, "cluster"), self._new_cluster)
+
+    def _new_cluster(self) -> Any:
+        from redis.cluster import RedisCluster
+
+        opts = self.options
+        common: dict[str, Any] = {
+            "socket_timeout": opts.socket_timeout,
+            "socket_connect_timeout": opts.socket_timeout,
+        }
+        if opts.ssl or (opts.url or "").startswith("rediss://"):
+            common["ssl"] = True
+            common["ssl_cert_reqs"] = "required" if opts.ssl_verify else "none"
+            common["ssl_check_hostname"] = opts.ssl_verify
+            if opts.ssl_ca_certs:
+                common["ssl_ca_certs"] = opts.ssl_ca_certs
+        if opts.username is not None:
+            common["username"] = opts.username
+        if opts.password is not None:
+            common["password"] = opts.password
+        if opts.url:
+            return RedisCluster.from_url(opts.url, **common)
+        return RedisCluster(host=opts.host, port=opts.port, **common)
+
+    def _call(self, fn: Callable[[Any], Any], pool: Any = None) -> Any:
         """Run ``fn(connection)``; failures translated (connection loss: RetryableError)."""
         redis = import_client()
-        pool = self._pool()
+        pool = pool if pool is not None else self._pool()
         conn = None
         try:
             conn = pool.get_connection()
@@ -376,13 +407,13 @@ class RedisSink(Sink[RedisOptions, str]):
         counts = commands.counts
         per_row = max(1, int(pc.max(counts).as_py() or 1)) if len(counts) else 1
         rows_per_pipeline = max(1, self.options.pipeline_size // per_row)
-        windows: list[Window] = []
-        for start in range(0, len(commands.data), rows_per_pipeline):
-            chunk_counts = counts.slice(start, rows_per_pipeline)
-            replies = int(pc.sum(chunk_counts).as_py() or 0)
-            if replies:
-                body = join_lines(commands.data.slice(start, rows_per_pipeline), b"")
-                windows.append(Window(body, replies, start, chunk_counts))
+        if self.options.cluster:
+            send = functools.partial(self._cluster_send, commands, rows_per_pipeline)
+            task.retry(send, what="redis cluster pipelines") if task is not None else send()
+            sent = int(pc.sum(counts).as_py() or 0)
+            batch.count("commands", sent)
+            return None
+        windows = _windows(commands.data, counts, rows_per_pipeline)
         sent = 0
         for first in range(0, len(windows), WINDOWS_PER_RETRY):
             group = windows[first : first + WINDOWS_PER_RETRY]
@@ -547,8 +578,36 @@ class RedisSink(Sink[RedisOptions, str]):
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise RetryableError(f"{self._where()}: connection failed: {exc}") from None
 
-    def _pipelines(self, windows: list[Window], keys: pa.Array) -> None:
-        errors = self._call(functools.partial(_exchange, windows))
+    def _cluster_send(self, commands: Commands, rows_per_pipeline: int) -> None:
+        """Cluster: each row to the node serving its key's hash slot, in pipelines per node
+        (every command of a row addresses one key). A MOVED reply refreshes the slot map
+        and the whole batch is sent again (overwrites: safe)."""
+        from redis.crc import key_slot
+
+        client = self._cluster()
+        nodes = client.nodes_manager
+        names: dict[str, int] = {}
+        index = [
+            names.setdefault(nodes.get_node_from_slot(key_slot(k)).name, len(names))
+            for k in commands.keys.to_pylist()
+        ]
+        node_of_row = pa.array(index, pa.int32())
+        try:
+            for name, number in names.items():
+                mask = pc.equal(node_of_row, number)
+                counts = commands.counts.filter(mask)
+                windows = _windows(commands.data.filter(mask), counts, rows_per_pipeline)
+                pool = client.get_node(node_name=name).redis_connection.connection_pool
+                for first in range(0, len(windows), WINDOWS_PER_RETRY):
+                    group = windows[first : first + WINDOWS_PER_RETRY]
+                    self._pipelines(group, commands.keys.filter(mask), pool)
+        except RetryableError as exc:
+            if "MOVED" in exc.message or "ASK" in exc.message or "connection" in exc.message:
+                nodes.initialize()  # the slot map changed, or a node went away
+            raise
+
+    def _pipelines(self, windows: list[Window], keys: pa.Array, pool: Any = None) -> None:
+        errors = self._call(functools.partial(_exchange, windows), pool)
         if not errors:
             return
         window, index, message = errors[0]
@@ -814,6 +873,17 @@ def _python_texts(values: list[Any], option: str) -> pa.Array:
                 f"redis: {option!r} returned {type(value).__name__}; it must return str or bytes"
             )
     return pa.array(out, pa.binary())
+
+
+def _windows(data: pa.Array, counts: pa.Array, rows_per_pipeline: int) -> list[Window]:
+    windows: list[Window] = []
+    for start in range(0, len(data), rows_per_pipeline):
+        chunk_counts = counts.slice(start, rows_per_pipeline)
+        replies = int(pc.sum(chunk_counts).as_py() or 0)
+        if replies:
+            body = join_lines(data.slice(start, rows_per_pipeline), b"")
+            windows.append(Window(body, replies, start, chunk_counts))
+    return windows
 
 
 def _length_text(values: pa.Array) -> pa.Array:
