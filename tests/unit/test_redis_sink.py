@@ -85,3 +85,16 @@ def test_a_value_over_512_mb_is_a_record_error(monkeypatch: pytest.MonkeyPatch) 
     assert sink.records is not None
     with pytest.raises(RecordError, match="row 1 is 6 bytes"):
         sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+
+
+def joined_key(key: object, value: dict[str, object]) -> str:
+    return f"{key}/{value['v']}"
+
+
+def test_key_serializer_gets_the_key_and_the_value_like_quix() -> None:
+    sink = RedisSink(options(key_serializer=f"{__name__}:joined_key"))
+    table = pa.table({"key": ["a"], "v": [7]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    assert commands.keys.to_pylist() == [b"a/7"]

@@ -82,8 +82,8 @@ class RedisOptions(LedgerOptions):
     )
     key_serializer: str | None = option(
         None,
-        doc="Import path (module:function) called per row on the key; returns str or bytes "
-        "(slower than the vectorised default)",
+        doc="Import path (module:function) called per row as f(key, value dict), as in Quix; "
+        "returns str or bytes (slower than the vectorised default)",
     )
     value_serializer: str | None = option(
         None,

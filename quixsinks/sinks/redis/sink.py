@@ -84,7 +84,7 @@ def import_client() -> Any:
     return redis
 
 
-def _load_callable(path: str, option: str) -> Callable[[Any], Any]:
+def _load_callable(path: str, option: str) -> Callable[..., Any]:
     module_name, _, attribute = path.replace(":", ".").rpartition(".")
     try:
         found = getattr(importlib.import_module(module_name), attribute)
@@ -642,10 +642,15 @@ class RedisSink(Sink[RedisOptions, str]):
         else:
             assert self.records is not None
             assert self.records.key is not None
-            keys = as_text(batch.column(self.records.key), self.records.key)
-            if opts.key_serializer is not None:
+            if opts.key_serializer is not None:  # Quix's key_serializer(key, value)
                 fn = _load_callable(opts.key_serializer, "key_serializer")
-                keys = _python_texts([fn(k) for k in keys.to_pylist()], "key_serializer")
+                raw = batch.column(self.records.key).to_pylist()
+                rows = self._value_table(batch).to_pylist()
+                keys = _python_texts(
+                    [fn(k, v) for k, v in zip(raw, rows, strict=True)], "key_serializer"
+                )
+            else:
+                keys = as_text(batch.column(self.records.key), self.records.key)
         if opts.key_prefix:
             keys = _join([opts.key_prefix.encode(), keys], batch.num_rows)
         return keys
