@@ -339,6 +339,10 @@ def test_a_list_commit_onto_a_key_of_another_type_appends_nothing(
         write(df, redis_sink, data_type="list")
     assert r.llen(p + "g0") == 0
     assert r.keys(p + "_quixsinks:staging:*") == []
+    r.delete(p + "g1")
+    write(df, redis_sink, data_type="list")
+    assert r.lrange(p + "g1", 0, -1) == [b'{"id":1}', b'{"id":3}', b'{"id":5}']
+    assert r.keys(p + "_quixsinks:*") == []  # a batch write leaves no ledger or staging
 
 
 def test_stream_maxlen_trims(spark: Any, redis_sink: dict[str, Any]) -> None:

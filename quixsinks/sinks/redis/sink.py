@@ -555,6 +555,8 @@ class RedisSink(Sink[RedisOptions, str]):
                 f"{opts.data_type}; nothing of batch {context.batch_id} was appended (delete "
                 "the key or write to other keys with key_prefix)"
             )
+        if not context.streaming:  # a batch write is never replayed: no ledger key left
+            self._redis_call(lambda: client.delete(keys[0]))
         self.logger.info("batch %s: %s %s entries appended", context.batch_id, code, opts.data_type)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[str]]) -> None:
