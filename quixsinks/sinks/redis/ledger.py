@@ -19,11 +19,17 @@ from typing import Any
 
 from quixsinks.core.ledger import LedgerEntry, LedgerStore
 
-__all__ = ["COMMIT_SCRIPT", "RedisLedgerStore", "ledger_key", "staging_key"]
+__all__ = ["COMMIT_SCRIPT", "RedisLedgerStore", "ledger_key", "registry_key", "staging_key"]
 
 
 def ledger_key(prefix: str, sink_id: str) -> str:
     return f"{prefix}_quixsinks:ledger:{sink_id}"
+
+
+def registry_key(prefix: str, name: str) -> str:
+    """The set of a writer's staging hashes: a commit deletes those of its batch and older
+    ones (left by task attempts that died), so that none outlives the next commit."""
+    return f"{prefix}_quixsinks:stagings:{name}"
 
 
 def staging_key(prefix: str, name: str, batch_id: int, partition: int, attempt: str) -> str:
@@ -63,20 +69,31 @@ class RedisLedgerStore(LedgerStore):
             self.client.hdel(self._key(sink_id), *old)
 
 
-#: KEYS: the ledger hash, then the staging hashes in partition order.
+#: KEYS: the ledger hash, the staging registry set, then the staging hashes in partition
+#: order.
 #: ARGV: batch id, query id, data type (list|stream), stream MAXLEN (0: none), batches kept.
 #: Entries: "<key length>\n<key>" then, for a list, the value; for a stream, per field
 #: "<name length>\n<name><value length>\n<value>".
 #: Returns {appended, ""}, {-1, owner query id} (fenced) or {-2, key} (wrong type).
 COMMIT_SCRIPT = r"""
-local ledger = KEYS[1]
+local ledger, registry = KEYS[1], KEYS[2]
 local batch, query, dtype = ARGV[1], ARGV[2], ARGV[3]
+local function sweep()
+  for _, k in ipairs(redis.call('SMEMBERS', registry)) do
+    local b = string.match(k, ':(%d+):%d+:[^:]*$')
+    if b and tonumber(b) <= tonumber(batch) then
+      redis.call('DEL', k)
+      redis.call('SREM', registry, k)
+    end
+  end
+end
 local maxlen, keep = tonumber(ARGV[4]), tonumber(ARGV[5])
 for _, owner in ipairs(redis.call('HVALS', ledger)) do
   if owner ~= query then return {-1, owner} end
 end
 if redis.call('HEXISTS', ledger, batch) == 1 then
-  for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+  for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+  sweep()
   return {0, ''}
 end
 local function key_of(entry)
@@ -86,7 +103,7 @@ local function key_of(entry)
 end
 local staged = {}
 local checked = {}
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   local flat = redis.call('HGETALL', KEYS[i])
   local rows = {}
   for j = 1, #flat, 2 do rows[tonumber(flat[j]) + 1] = flat[j + 1] end
@@ -130,6 +147,7 @@ if below > 0 then
     if tonumber(b) < below then redis.call('HDEL', ledger, b) end
   end
 end
-for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+sweep()
 return {appended, ''}
 """

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quixsinks.core.arrow import as_binary, first_null, first_true, join_lines
-from quixsinks.core.batch import SinkBatch
+from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
@@ -46,7 +46,7 @@ from quixsinks.core.formats import json_column, json_object_pieces, json_objects
 from quixsinks.core.ledger import fence_owners
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
 
-from .ledger import COMMIT_SCRIPT, RedisLedgerStore, ledger_key, staging_key
+from .ledger import COMMIT_SCRIPT, RedisLedgerStore, ledger_key, registry_key, staging_key
 from .options import APPENDING, RedisOptions, template_fields
 
 __all__ = ["RedisSink", "resp_commands"]
@@ -399,6 +399,15 @@ class RedisSink(Sink[RedisOptions, str]):
                 ctx.attempt_id,
             )
             commands, skipped = self.staged_commands(batch, staging)
+            # registered before any entry lands: the next commit deletes it if this
+            # attempt dies; it also expires (staging_max_age_hours)
+            registry = registry_key(self.options.key_prefix, ctx.name_prefix)
+            ttl_ms = int(self.options.staging_max_age_hours * 3_600_000)
+            for command in (("SADD", registry, staging), ("PEXPIRE", registry, ttl_ms)):
+                register = functools.partial(self._call, functools.partial(_simple, command))
+                batch.task.retry(
+                    register, what="redis staging registry"
+                ) if batch.task else register()
         else:
             commands, skipped = self.commands(batch)
         if skipped:
@@ -527,7 +536,11 @@ class RedisSink(Sink[RedisOptions, str]):
             lambda: self._redis_call(lambda: ledger.fence(context.sink_id, context.query_id)),
             what="redis ledger fence",
         )
-        keys = [ledger_key(opts.key_prefix, context.sink_id), *staged_in_order(receipts)]
+        keys = [
+            ledger_key(opts.key_prefix, context.sink_id),
+            registry_key(opts.key_prefix, name_prefix(context.sink_id, context.query_id)),
+            *staged_in_order(receipts),
+        ]
         args = [
             str(context.batch_id),
             context.query_id,
@@ -564,7 +577,11 @@ class RedisSink(Sink[RedisOptions, str]):
         if self.options.data_type not in APPENDING or not staged:
             return
         client = self._ledger_client()
+        registry = registry_key(
+            self.options.key_prefix, name_prefix(context.sink_id, context.query_id)
+        )
         self._redis_call(lambda: client.delete(*staged))
+        self._redis_call(lambda: client.srem(registry, *staged))
 
     def _redis_call(self, fn: Callable[[], Any]) -> Any:
         """A redis-py client call with its failures translated."""
