@@ -119,6 +119,14 @@ class Servers:
             influx = self.server("influx_server")
             out.update(host=influx.url, token=influx.token)
             influx.create_database(out["database"])
+        elif fmt == "redis":
+            redis_server = self.server("redis_server")
+            out.pop("url", None)
+            out.update(
+                host=redis_server.host,
+                port=str(redis_server.port),
+                password=redis_server.password,
+            )
         elif fmt == "webhook":
             out.update(url=self.webhook, token="t")
         self.writes.append(fmt)
