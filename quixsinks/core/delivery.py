@@ -70,6 +70,8 @@ def deliver(
     chunk_size: int = 500,
     max_inflight: int = 1,
     stats: RetryStats | None = None,
+    size_of: Callable[[T], int] | None = None,
+    max_chunk_size: int | None = None,
 ) -> int:
     """Send ``items`` through ``send`` until all are accepted; returns how many were sent.
 
@@ -82,6 +84,10 @@ def deliver(
     delivered nothing counts as an attempt against ``policy.max_attempts``; a round
     that made progress does not. Once the next pause would pass ``policy.deadline``
     :class:`DeliveryError` is raised, saying how many items were not delivered and why.
+
+    With ``size_of`` and ``max_chunk_size`` a chunk is also cut before its items' total
+    size would pass ``max_chunk_size`` (an item larger than that goes alone: check item
+    sizes before calling).
 
     ``max_inflight`` > 1 sends up to that many chunks at once from a thread pool;
     items of different chunks may then arrive out of order.
@@ -104,7 +110,7 @@ def deliver(
     pool = ThreadPoolExecutor(max_inflight) if max_inflight > 1 else None
     try:
         while pending:
-            chunks = [pending[i : i + chunk_size] for i in range(0, len(pending), chunk_size)]
+            chunks = _chunks(pending, items, chunk_size, size_of, max_chunk_size)
 
             results = list(pool.map(run, chunks)) if pool else [run(c) for c in chunks]
             failed: list[int] = []
@@ -154,3 +160,27 @@ def deliver(
         if pool is not None:
             pool.shutdown(wait=True)
     return len(items)
+
+
+def _chunks(
+    pending: list[int],
+    items: Sequence[T],
+    count: int,
+    size_of: Callable[[T], int] | None,
+    limit: int | None,
+) -> list[list[int]]:
+    if size_of is None or limit is None:
+        return [pending[i : i + count] for i in range(0, len(pending), count)]
+    out: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for index in pending:
+        size = size_of(items[index])
+        if current and (len(current) >= count or total + size > limit):
+            out.append(current)
+            current, total = [], 0
+        current.append(index)
+        total += size
+    if current:
+        out.append(current)
+    return out

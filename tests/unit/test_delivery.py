@@ -200,3 +200,18 @@ def test_bad_arguments() -> None:
         deliver([1], lambda c: [], policy(FakeClock()), what="x", chunk_size=0)
     with pytest.raises(ValueError, match="max_inflight"):
         deliver([1], lambda c: [], policy(FakeClock()), what="x", max_inflight=0)
+
+
+def test_chunks_are_bounded_by_size_too() -> None:
+    service = Service()
+    items = [3, 3, 3, 9, 1, 1, 1, 1]
+    deliver(
+        items,
+        service.send,
+        policy(FakeClock()),
+        what="x",
+        chunk_size=3,
+        size_of=lambda v: v,
+        max_chunk_size=7,
+    )
+    assert service.calls == [[3, 3], [3], [9], [1, 1, 1], [1]]
