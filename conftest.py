@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.services.fixtures_s3",
     "tests.services.fixtures_azure",
     "tests.services.fixtures_gcs",
+    "tests.services.fixtures_kinesis",
 ]
 
 
