@@ -63,7 +63,7 @@ def test_fault_proxy_throttles_and_drops_whole_calls(
         with pytest.raises(ClientError, match="ProvisionedThroughputExceeded"):
             client.put_records(StreamName=kinesis_stream, Records=entries)
         proxy.drop_responses(1)
-        with pytest.raises(Exception, match="(?i)connection|closed|endpoint"):
+        with pytest.raises(Exception, match=r"(?i)connection|closed|endpoint"):
             client.put_records(StreamName=kinesis_stream, Records=entries)
         assert (
             client.put_records(StreamName=kinesis_stream, Records=entries)["FailedRecordCount"] == 0
