@@ -29,6 +29,7 @@ java:
 services:
 	bash tests/services/install.sh
 	bash tests/services/install_azure.sh
+	bash tests/services/install_kinesis.sh
 
 ## Run the demo: a streaming job from an embedded source into the csvfile and file sinks.
 demo: install

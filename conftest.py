@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.services.fixtures_azure",
     "tests.services.fixtures_gcs",
     "tests.services.fixtures_redis",
+    "tests.services.fixtures_kinesis",
 ]
 
 

@@ -5,11 +5,13 @@ from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, Secret, client_key
 from .column_types import ColumnTypes
+from .delivery import DedupeIds
 from .destinations import Destination, LocalDestination, StorageOptions
 from .errors import (
     AzureContainerAccessDeniedError,
     AzureContainerNotFoundError,
     CommitError,
+    DeliveryError,
     DestinationAccessDeniedError,
     DestinationError,
     DestinationNotFoundError,
@@ -48,6 +50,8 @@ __all__ = [
     "CommitContext",
     "CommitError",
     "CommonOptions",
+    "DedupeIds",
+    "DeliveryError",
     "Destination",
     "DestinationAccessDeniedError",
     "DestinationError",

@@ -11,7 +11,8 @@ the caller can do about it::
     ├── DestinationError                    the destination refused or failed.
     │   ├── DestinationNotFoundError        bucket, container, directory or table missing
     │   │   └── S3BucketNotFoundError, AzureContainerNotFoundError, GCSBucketNotFoundError
-    │   └── DestinationAccessDeniedError    credentials lack the right to write
+    │   ├── DestinationAccessDeniedError    credentials lack the right to write
+    │   └── DeliveryError                   records still refused when the retry deadline passed
     │       └── S3BucketAccessDeniedError, AzureContainerAccessDeniedError, GCSBucket...
     ├── CommitError                         the driver could not finish a micro-batch; the
     │   │                                   query can be restarted from its checkpoint
@@ -34,6 +35,7 @@ __all__ = [
     "AzureContainerAccessDeniedError",
     "AzureContainerNotFoundError",
     "CommitError",
+    "DeliveryError",
     "DestinationAccessDeniedError",
     "DestinationError",
     "DestinationNotFoundError",
@@ -163,6 +165,23 @@ class GCSBucketNotFoundError(DestinationNotFoundError):
 
 class GCSBucketAccessDeniedError(DestinationAccessDeniedError):
     """The credentials may not use the Google Cloud Storage bucket, or are wrong."""
+
+
+class DeliveryError(DestinationError):
+    """Records were still refused (throttled) when the retry policy's deadline passed.
+
+    Attributes:
+        undelivered: how many items were not delivered.
+        total: how many items the call had to deliver.
+        reason: the last refusal, as the destination gave it.
+    """
+
+    def __init__(self, message: str, *, undelivered: int, total: int, reason: str) -> None:
+        QuixSinksError.__init__(self, message, undelivered=undelivered, total=total, reason=reason)
+        self.location = None
+        self.undelivered = undelivered
+        self.total = total
+        self.reason = reason
 
 
 class CommitError(QuixSinksError):
