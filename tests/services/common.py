@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -13,9 +16,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["InProcessHTTPServer", "Service", "free_port", "serve_until_interrupted"]
+__all__ = [
+    "InProcessHTTPServer",
+    "ProcessService",
+    "Service",
+    "free_port",
+    "run_install_script",
+    "serve_until_interrupted",
+]
 
 S = TypeVar("S", bound="Service")
+P = TypeVar("P", bound="ProcessService")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -53,6 +64,136 @@ class Service:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def run_install_script(script: Path, proof: Path, what: str) -> None:
+    """Run ``bash script`` when ``proof`` (a file the install creates) is missing."""
+    if proof.is_file():
+        return
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not proof.is_file():
+        raise RuntimeError(
+            f"installing {what} failed (bash {script}):\n{result.stdout}{result.stderr}"
+        )
+
+
+class ProcessService(Service):
+    """A launcher of one server process on a free port of 127.0.0.1, in a temporary folder.
+
+    Subclasses name the server (``name``: messages, the folder and ``<name>.log``), return
+    what their command needs from ``_install()`` and the command from ``_command()``;
+    ``probe`` is the HTTP path asked until the server answers (any status counts). The
+    process runs in its own session and is stopped by its PID only.
+    """
+
+    host = "127.0.0.1"
+    name = "server"
+    probe = "/"
+
+    def __init__(self, start_timeout: float = 30.0) -> None:
+        self.start_timeout = start_timeout
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.tmpdir: Path | None = None
+
+    def _install(self) -> Any:
+        raise NotImplementedError
+
+    def _command(self, installed: Any) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def logfile(self) -> Path:
+        return self._tmp / f"{self.name}.log"
+
+    def start(self: P, attempts: int = 3) -> P:
+        """Start on a free port; retry with another port if one was taken meanwhile."""
+        if self.tmpdir is not None:
+            raise RuntimeError(f"{type(self).__name__} is already started")
+        installed = self._install()
+        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"quixsinks-{self.name}-"))
+        try:
+            for attempt in range(1, attempts + 1):
+                self.port = free_port(self.host)
+                self._spawn(installed)
+                if self._wait_ready():
+                    return self
+                self._kill()
+                if attempt == attempts or "EADDRINUSE" not in self._log_tail():
+                    raise RuntimeError(
+                        f"{self.name} did not start on {self.host}:{self.port} in "
+                        f"{self.start_timeout:g} s\n--- log (tail) ---\n{self._log_tail()}"
+                    )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the process this object started (by its PID) and delete its folder."""
+        if self.tmpdir is None:
+            return
+        try:
+            self._kill()
+        finally:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+    def _spawn(self, installed: Any) -> None:
+        log = open(self.logfile, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.process = subprocess.Popen(
+                self._command(installed),
+                cwd=self._tmp,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def _wait_ready(self) -> bool:
+        """Wait until the server answers HTTP (any status) or its process exits."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            if self._answers_http():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _answers_http(self) -> bool:
+        request = f"GET {self.probe} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode()
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1) as sock:
+                sock.sendall(request)
+                return sock.recv(12).startswith(b"HTTP/1.1")
+        except OSError:
+            return False
+
+    def _kill(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def _log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.logfile.read_text(encoding="utf-8", errors="replace")
+        except (OSError, RuntimeError):
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
 
 
 def serve_until_interrupted(service: S, describe: Callable[[S], None]) -> None:

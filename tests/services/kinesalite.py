@@ -13,21 +13,15 @@ and keeps it running until Ctrl-C.
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 if __package__:
-    from .common import Service, free_port, serve_until_interrupted
+    from .common import ProcessService, run_install_script, serve_until_interrupted
 else:  # run as a script: python tests/services/kinesalite.py
     from common import (  # type: ignore[no-redef,import-not-found]
-        Service,
-        free_port,
+        ProcessService,
+        run_install_script,
         serve_until_interrupted,
     )
 
@@ -50,76 +44,19 @@ LAUNCHER = (
 
 def ensure_installed() -> Path:
     """kinesalite's package directory, installing it first if it is missing."""
-    if not (KINESALITE_DIR / "index.js").is_file():
-        result = subprocess.run(
-            ["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0 or not (KINESALITE_DIR / "index.js").is_file():
-            raise RuntimeError(
-                f"installing kinesalite failed (bash {INSTALL_SCRIPT}):\n"
-                f"{result.stdout}{result.stderr}"
-            )
+    run_install_script(INSTALL_SCRIPT, KINESALITE_DIR / "index.js", "kinesalite")
     return KINESALITE_DIR
 
 
-class KinesaliteServer(Service):
+class KinesaliteServer(ProcessService):
     """One throwaway kinesalite: ``start()`` it (or use ``with``), then ``stop()``."""
 
-    host = "127.0.0.1"
+    name = "kinesalite"
     region = REGION
-
-    def __init__(self, start_timeout: float = 30.0) -> None:
-        self.start_timeout = start_timeout
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self.tmpdir: Path | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
 
     @property
     def endpoint_url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def logfile(self) -> Path:
-        return self._tmp / "kinesalite.log"
-
-    # -- lifecycle ------------------------------------------------------------------------
-
-    def start(self, attempts: int = 3) -> KinesaliteServer:
-        """Start kinesalite on a free port; retries with another port if one was taken."""
-        if self.tmpdir is not None:
-            raise RuntimeError("KinesaliteServer is already started")
-        package = ensure_installed()
-        self.tmpdir = Path(tempfile.mkdtemp(prefix="quixsinks-kinesalite-"))
-        try:
-            for attempt in range(1, attempts + 1):
-                self.port = free_port(self.host)
-                self._spawn(package)
-                if self._wait_ready():
-                    return self
-                self._kill()
-                if attempt == attempts or "EADDRINUSE" not in self._log_tail():
-                    raise RuntimeError(
-                        f"kinesalite did not start on {self.host}:{self.port} in "
-                        f"{self.start_timeout:g} s\n--- log (tail) ---\n{self._log_tail()}"
-                    )
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self) -> None:
-        """Stop the kinesalite process this object started (by its PID)."""
-        if self.tmpdir is None:
-            return
-        try:
-            self._kill()
-        finally:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
 
     # -- client helpers -------------------------------------------------------------------
 
@@ -165,57 +102,11 @@ class KinesaliteServer(Service):
 
     # -- internals ------------------------------------------------------------------------
 
-    def _spawn(self, package: Path) -> None:
-        log = open(self.logfile, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.process = subprocess.Popen(
-                ["node", "-e", LAUNCHER, str(package), str(self.port)],
-                cwd=self._tmp,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+    def _install(self) -> Path:
+        return ensure_installed()
 
-    def _wait_ready(self) -> bool:
-        """Wait until the server answers HTTP (any status) or its process exits."""
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                return False
-            if _answers_http(self.host, self.port):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def _kill(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-    def _log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.logfile.read_text(encoding="utf-8", errors="replace")
-        except (OSError, RuntimeError):
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _answers_http(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1) as sock:
-            sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-            return sock.recv(12).startswith(b"HTTP/1.1")
-    except OSError:
-        return False
+    def _command(self, installed: Path) -> list[str]:
+        return ["node", "-e", LAUNCHER, str(installed), str(self.port)]
 
 
 def main() -> None:
