@@ -448,24 +448,7 @@ class RedisSink(Sink[RedisOptions, str]):
     def staged_commands(self, batch: SinkBatch, staging: str) -> tuple[Commands, int]:
         """``HSET <staging> <seq> <entry>`` per row (seq: the row's place in the task)."""
         opts = self.options
-        values = batch.values() if (self.records and self.records.value_json) else None
-        keys = self._key_column(batch, values)
-        skipped = 0
-        row = first_null(keys)
-        if row is not None:
-            if opts.null_keys == "error":
-                raise RecordError(
-                    f"redis: the key of row {row} is null (key column or key_template column "
-                    "null); set null_keys=skip to skip such rows",
-                    row=row,
-                )
-            keep = pc.is_valid(keys)
-            skipped = batch.num_rows - int(pc.sum(keep).as_py())
-            batch = SinkBatch(
-                batch.table.filter(keep), batch.records, batch.context, batch.counters,
-                None, batch.task,
-            )  # fmt: skip
-            keys = keys.filter(keep)
+        batch, keys, skipped = self._keyed(batch)
         rows = batch.num_rows
         head = _join([_length_text(keys), b"\n", keys], rows)
         if opts.data_type == "list":
@@ -674,28 +657,34 @@ class RedisSink(Sink[RedisOptions, str]):
             keys = _join([opts.key_prefix.encode(), keys], batch.num_rows)
         return keys
 
+    def _keyed(self, batch: SinkBatch) -> tuple[SinkBatch, pa.Array, int]:
+        """The batch and its keys, without null-key rows (null_keys=skip), and their count.
+
+        With null_keys=error a null key is a RecordError naming the row.
+        """
+        values = batch.values() if (self.records and self.records.value_json) else None
+        keys = self._key_column(batch, values)
+        row = first_null(keys)
+        if row is None:
+            return batch, keys, 0
+        if self.options.null_keys == "error":
+            raise RecordError(
+                f"redis: the key of row {row} is null (key column or key_template column "
+                "null); set null_keys=skip to skip such rows",
+                row=row,
+            )
+        keep = pc.is_valid(keys)
+        skipped = batch.num_rows - int(pc.sum(keep).as_py())
+        batch = SinkBatch(
+            batch.table.filter(keep), batch.records, batch.context, batch.counters,
+            None, batch.task,
+        )  # fmt: skip
+        return batch, keys.filter(keep), skipped
+
     def commands(self, batch: SinkBatch) -> tuple[Commands, int]:
         """The batch's commands and the count of rows skipped for a null key."""
         opts = self.options
-        values = batch.values() if (self.records and self.records.value_json) else None
-        keys = self._key_column(batch, values)
-        skipped = 0
-        row = first_null(keys)
-        if row is not None:
-            if opts.null_keys == "error":
-                raise RecordError(
-                    f"redis: the key of row {row} is null (key column or key_template column "
-                    "null); set null_keys=skip to skip such rows",
-                    row=row,
-                )
-            keep = pc.is_valid(keys)
-            skipped = batch.num_rows - int(pc.sum(keep).as_py())
-            batch = SinkBatch(
-                batch.table.filter(keep), batch.records, batch.context, batch.counters,
-                None, batch.task,
-            )  # fmt: skip
-            keys = keys.filter(keep)
-            values = batch.values() if values is not None else None
+        batch, keys, skipped = self._keyed(batch)
         rows = batch.num_rows
         ttl = self._ttl(batch)
         data_type = opts.data_type
