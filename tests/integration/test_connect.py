@@ -90,7 +90,11 @@ def test_a_client_without_quixsinks_streams_by_name(by_name: Path) -> None:
 def test_register_over_spark_connect_registers_every_installed_sink(
     registered: tuple[Path, list[str]],
 ) -> None:
-    assert sorted(registered[1]) == ["csvfile", "file", "influxdb3", "postgresql"]
+    from quixsinks import available_sinks
+
+    installed = sorted(name for name, problem in available_sinks().items() if problem is None)
+    assert "postgresql" in installed  # the dev install has every extra this suite needs
+    assert sorted(registered[1]) == installed
 
 
 def test_batch_writes_after_register_over_spark_connect(
