@@ -12,8 +12,8 @@ the caller can do about it::
     │   ├── DestinationNotFoundError        bucket, container, directory or table missing
     │   │   └── S3BucketNotFoundError, AzureContainerNotFoundError, GCSBucketNotFoundError
     │   ├── DestinationAccessDeniedError    credentials lack the right to write
+    │   │   └── S3BucketAccessDeniedError, AzureContainerAccessDeniedError, GCSBucket...
     │   └── DeliveryError                   records still refused when the retry deadline passed
-    │       └── S3BucketAccessDeniedError, AzureContainerAccessDeniedError, GCSBucket...
     ├── CommitError                         the driver could not finish a micro-batch; the
     │   │                                   query can be restarted from its checkpoint
     │   └── LedgerFenceError                another streaming query owns this sink id
