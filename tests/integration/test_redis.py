@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -368,3 +369,57 @@ def test_a_cluster_gets_every_key_on_the_node_of_its_slot(
         assert json.loads(client.get(f"{prefix}s7"))["id"] == 7
     else:
         assert client.hget(f"{prefix}s7", "id") == b"7"
+
+
+def _certificates(folder: Path, name: str) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
+    ca_key, ca = folder / f"{name}-ca.key", folder / f"{name}-ca.pem"
+    key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.pem"
+    ext = folder / f"{name}.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    for command in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         f"/CN={name} test CA", "-keyout", ca_key, "-out", ca],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-keyout", key, "-out", csr],
+        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-days", "1", "-extfile", ext, "-out", cert],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def test_tls_with_a_verified_certificate_and_a_clear_error_for_an_unknown_ca(
+    spark: Any, readings: Any, tmp_path: Path
+) -> None:
+    """ssl=true against redis-server's TLS port: verified with ssl_ca_certs; a certificate
+    from another CA fails at planning, before any data moves, unless ssl_verify=false."""
+    from tests.services.common import free_port
+    from tests.services.redis_server import RedisServer
+
+    ca, cert, key = _certificates(tmp_path, "server")
+    other_ca, _, _ = _certificates(tmp_path, "other")
+    tls_port = free_port()
+    server = RedisServer()
+    server.extra_args = [
+        "--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+        "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no",
+    ]  # fmt: skip
+    with server:
+        tls = {**server.options, "port": str(tls_port), "ssl": "true", "key_prefix": "tls:"}
+        write(readings, {"options": {**tls, "ssl_ca_certs": str(ca)}})
+        client = server.client()
+        assert len(client.keys("tls:*")) == 30
+        assert json.loads(client.get("tls:s7"))["temp"] == 1.75
+
+        with pytest.raises(Exception, match=r"(?i)certificate verify failed") as failed:
+            write(readings, {"options": {**tls, "ssl_ca_certs": str(other_ca)}}, key_prefix="x:")
+        assert server.password not in str(failed.value)
+        assert client.keys("x:*") == []  # refused before any task wrote
+
+        write(
+            readings,
+            {"options": {**tls, "ssl_ca_certs": str(other_ca), "ssl_verify": "false"}},
+            key_prefix="unverified:",
+        )
+        assert len(client.keys("unverified:*")) == 30
