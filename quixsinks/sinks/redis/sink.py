@@ -300,8 +300,8 @@ class RedisSink(Sink[RedisOptions, str]):
     def _pool(self) -> Any:
         return _POOLS.get(client_key(self.options), self._new_pool)
 
-    def _new_pool(self) -> Any:
-        redis = import_client()
+    def _connection_kwargs(self) -> tuple[dict[str, Any], bool]:
+        """redis-py's keyword arguments shared by a pool and a cluster client, and TLS on/off."""
         opts = self.options
         common: dict[str, Any] = {
             "socket_timeout": opts.socket_timeout,
@@ -317,6 +317,12 @@ class RedisSink(Sink[RedisOptions, str]):
             common["username"] = opts.username
         if opts.password is not None:
             common["password"] = opts.password
+        return common, tls
+
+    def _new_pool(self) -> Any:
+        redis = import_client()
+        opts = self.options
+        common, tls = self._connection_kwargs()
         if opts.url:
             return redis.ConnectionPool.from_url(opts.url, **common)
         if tls:
@@ -330,20 +336,9 @@ class RedisSink(Sink[RedisOptions, str]):
         from redis.cluster import RedisCluster
 
         opts = self.options
-        common: dict[str, Any] = {
-            "socket_timeout": opts.socket_timeout,
-            "socket_connect_timeout": opts.socket_timeout,
-        }
-        if opts.ssl or (opts.url or "").startswith("rediss://"):
+        common, tls = self._connection_kwargs()
+        if tls:
             common["ssl"] = True
-            common["ssl_cert_reqs"] = "required" if opts.ssl_verify else "none"
-            common["ssl_check_hostname"] = opts.ssl_verify
-            if opts.ssl_ca_certs:
-                common["ssl_ca_certs"] = opts.ssl_ca_certs
-        if opts.username is not None:
-            common["username"] = opts.username
-        if opts.password is not None:
-            common["password"] = opts.password
         if opts.url:
             return RedisCluster.from_url(opts.url, **common)
         return RedisCluster(host=opts.host, port=opts.port, **common)
