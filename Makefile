@@ -82,8 +82,8 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-## Regenerate the options tables in docs/sinks/*.md from the code.
-## Regenerate the options tables from the code, then build the docs site into site/
+## Regenerate the options tables in docs/sinks/*.md from the code, then build the docs site
+## into site/.
 docs: install
 	$(PY) docs/generate.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

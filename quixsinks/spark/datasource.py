@@ -15,6 +15,7 @@ query id are read from the task's local properties and travel in receipts.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -71,16 +72,24 @@ def _ensure_logging() -> None:
     package_logger.setLevel(os.environ.get("QUIXSINKS_LOG_LEVEL", "INFO").upper())
 
 
-def _arrow_schema(schema: StructType) -> pa.Schema:
-    """The Arrow schema of the batches Spark hands the writers (timestamps in UTC)."""
+@functools.cache
+def _utc_timestamps() -> dict[str, Any]:
+    """to_arrow_schema's argument for UTC timestamps in this pyspark (looked up once)."""
     import inspect
 
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:  # pyspark >= 4.2
+        return {"timezone": "UTC"}
+    return {"timestamp_utc": True}  # pyspark 4.1
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of the batches Spark hands the writers (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     convert: Any = to_arrow_schema
-    if "timezone" in inspect.signature(convert).parameters:  # pyspark >= 4.2
-        return convert(schema, timezone="UTC")
-    return convert(schema, timestamp_utc=True)  # pyspark 4.1
+    return convert(schema, **_utc_timestamps())
 
 
 class QuixDataSource(DataSource):
