@@ -56,11 +56,27 @@ def cases(
     }
 
 
-@pytest.mark.parametrize("case", ["file", "file-append", "csvfile", "postgresql"])
+def redis_list_case(
+    redis_sink: dict[str, Any],
+) -> tuple[str, dict[str, str], Callable[[], list[int]]]:
+    """Redis lists (and streams) keep a fenced ledger; its other types are overwrites."""
+    options = {**redis_sink["options"], "data_type": "list", "key_template": "events"}
+    key = redis_sink["prefix"] + "events"
+
+    def read() -> list[int]:
+        return sorted(json.loads(v)["id"] for v in redis_sink["client"].lrange(key, 0, -1))
+
+    return "redis", options, read
+
+
+@pytest.mark.parametrize("case", ["file", "file-append", "csvfile", "postgresql", "redis-list"])
 def test_new_checkpoint_with_a_used_sink_id_fails_then_takes_over_when_told(
-    spark: Any, tmp_path: Path, pg: dict[str, Any], case: str
+    spark: Any, tmp_path: Path, pg: dict[str, Any], case: str, request: pytest.FixtureRequest
 ) -> None:
-    fmt, options, read = cases(tmp_path, pg)[case]
+    if case == "redis-list":
+        fmt, options, read = redis_list_case(request.getfixturevalue("redis_sink"))
+    else:
+        fmt, options, read = cases(tmp_path, pg)[case]
     options = {**options, "sink_id": SINK_ID}
     ids = write_input_files(tmp_path / "in", files=2, rows_per_file=10)
     run_available_now(spark, tmp_path / "in", fmt, tmp_path / "ckpt-a", options)
