@@ -30,6 +30,7 @@ services:
 	bash tests/services/install.sh
 	bash tests/services/install_azure.sh
 	bash tests/services/install_kinesis.sh
+	bash tests/services/install_bigquery.sh
 
 ## Run the demo: a streaming job from an embedded source into the csvfile and file sinks.
 demo: install
@@ -42,19 +43,20 @@ test: install services
 
 ## The oldest supported versions (pyspark 4.1.0, pyarrow 15) in a second virtualenv: the unit
 ## tests and the file, csvfile and postgresql integration tests. `make test` covers the newest.
+## The iceberg extra (pyarrow>=17) is not installed there; conftest.py names those skips.
 COMPAT_VENV ?= .venv-compat
 COMPAT_PINS := pyspark==4.1.0 pyarrow==15.0.0 "numpy<2"
 COMPAT_TESTS := tests/unit tests/integration/test_file_sink.py tests/integration/test_guarantees.py \
 	tests/integration/test_postgresql.py tests/integration/test_type_fidelity.py
 test-compat: java services $(COMPAT_VENV)/.installed-stamp
 	$(COMPAT_VENV)/bin/python -c "import pyspark, pyarrow; print('compat:', 'pyspark', pyspark.__version__, 'pyarrow', pyarrow.__version__)"
-	$(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(PYTEST_ARGS)
+	QUIXSINKS_COMPAT=1 $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(PYTEST_ARGS)
 
 $(COMPAT_VENV)/.installed-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/pip install --quiet --upgrade pip
 	printf '%s\n' $(COMPAT_PINS) > $(COMPAT_VENV)/constraints.txt
-	$(COMPAT_VENV)/bin/pip install --quiet -c $(COMPAT_VENV)/constraints.txt -e ".[dev]" \
+	$(COMPAT_VENV)/bin/pip install --quiet -c $(COMPAT_VENV)/constraints.txt -e ".[dev-compat]" \
 	  --config-settings editable_mode=compat
 	touch $@
 
@@ -70,7 +72,12 @@ bench: install services
 	$(PY) benchmarks/bench_postgresql.py
 	$(PY) benchmarks/bench_influxdb3.py
 	$(PY) benchmarks/bench_redis.py
+	$(PY) benchmarks/bench_iceberg.py
+	$(PY) benchmarks/bench_bigquery.py
+	$(PY) benchmarks/bench_pubsub.py
 	$(PY) benchmarks/bench_object_storage.py
+	$(PY) benchmarks/bench_tsdatalake.py
+	$(PY) benchmarks/bench_kinesis.py
 	$(PY) benchmarks/plot.py
 
 lint: install

@@ -77,15 +77,15 @@ MIXED_COLUMNS = ("key", "id", "value", "flag", "name", "timestamp")
 class BenchParser(argparse.ArgumentParser):
     """Parses a benchmark's arguments; ``--quick`` turns them into a smoke run.
 
-    ``--quick``: a tenth of the rows, one timed run, results in a temporary folder (the
-    committed ones stay) and no pip install of a missing peer (its case is reported as
-    skipped, with the reason). The numbers of a quick run are not judged.
+    ``--quick``: a hundredth of the rows (at least 1,000), one timed run, results in a
+    temporary folder (the committed ones stay) and no pip install of a missing peer (its
+    case is reported as skipped, with the reason). The numbers of a quick run are not judged.
     """
 
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         parsed = super().parse_args(*args, **kwargs)
         if parsed.quick:
-            parsed.rows = max(1_000, parsed.rows // 10)
+            parsed.rows = max(1_000, parsed.rows // 100)
             parsed.repeat = 1
             if parsed.out == DEFAULT_OUT:
                 parsed.out = Path(tempfile.mkdtemp(prefix="quixsinks-bench-quick-"))
@@ -102,7 +102,7 @@ def argument_parser(
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: a tenth of the rows, one run, results to a temp folder, no installs",
+        help="smoke run: a hundredth of the rows, one run, results to a temp folder, no installs",
     )
     parser.add_argument("--rows", type=int, default=rows, help=f"rows to write (default {rows:_})")
     parser.add_argument(

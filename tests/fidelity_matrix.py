@@ -28,6 +28,11 @@ SINKS: dict[str, dict[str, str]] = {
     "postgresql": {},
     "influxdb3": {},
     "redis": {},
+    "tsdatalake": {"table_name": "fid"},
+    "kinesis": {},
+    "pubsub": {},
+    "iceberg": {},
+    "bigquery": {},
 }
 
 Cell = tuple[str, str]  # (kind, note)
@@ -329,27 +334,139 @@ CASES: tuple[Case, ...] = (
 )
 
 
-#: redis (data_type=string): each value is the JSON object of the value columns, encoded as
-#: in file json; keys are Redis keys (bytes); the record time is not part of what it writes
-_REDIS_KEYS: dict[str, Cell] = {
-    "key: string, and a null key": (
-        ERROR,
-        "RecordError naming the row of the null key (null_keys=skip skips it); 'k1' as is",
+def _json_payload_column(sink: str, where: str, keys: dict[str, Cell], time: Cell) -> None:
+    """A column for a sink whose payload is the JSON object of the value columns, encoded as
+    in file json (``where`` names the payload in the notes), with its own key and time cells."""
+    for case in CASES:
+        if case.role == "value":
+            kind, note = case.cells["file json"]
+            case.cells[sink] = (
+                kind,
+                f"in the JSON {where}: {note}" if note else f"in the JSON {where}",
+            )
+        elif case.role == "key":
+            case.cells[sink] = keys[case.label]
+        else:
+            case.cells[sink] = time
+
+
+#: redis (data_type=string): keys are Redis keys (bytes); no record time is written
+_json_payload_column(
+    "redis",
+    "value",
+    {
+        "key: string, and a null key": (
+            ERROR,
+            "RecordError naming the row of the null key (null_keys=skip skips it); 'k1' as is",
+        ),
+        "key: binary": (LOSSLESS, "the key's bytes as they are"),
+        "key: struct<a:int,b:string>": (CONVERSION, "the key is its JSON text"),
+    },
+    (CONVERSION, "not written: a Redis value carries no record time"),
+)
+#: kinesis: the data also holds the `_dedupe_id` member; the key is the partition key (text)
+_json_payload_column(
+    "kinesis",
+    "data",
+    {
+        "key: string, and a null key": (
+            ERROR,
+            "RecordError naming the row of the null key (null_partition_keys=dedupe_id: the "
+            "record's dedupe id instead); 'k1' as is",
+        ),
+        "key: binary": (
+            CONVERSION,
+            "partition key: UTF-8 text (invalid bytes replaced by U+FFFD)",
+        ),
+        "key: struct<a:int,b:string>": (CONVERSION, "partition key: its JSON text"),
+    },
+    (CONVERSION, "not written: Kinesis stamps its own ApproximateArrivalTimestamp"),
+)
+#: pubsub: the key and the record time are Quix's attributes `_key` and `_timestamp` (text)
+_json_payload_column(
+    "pubsub",
+    "data",
+    {
+        "key: string, and a null key": (LOSSLESS, "attribute _key; a null key sets none"),
+        "key: binary": (
+            CONVERSION,
+            "attribute _key: UTF-8 text (invalid bytes replaced by U+FFFD)",
+        ),
+        "key: struct<a:int,b:string>": (CONVERSION, "attribute _key: JSON text"),
+    },
+    (CONVERSION, "attribute _timestamp: epoch milliseconds as text, floored"),
+)
+#: tsdatalake (unpartitioned here): Parquet files of the DataFrame's columns as they are
+for _case in CASES:
+    if _case.role == "value":
+        _case.cells["tsdatalake"] = _case.cells["file parquet"]
+    elif _case.role == "key":
+        _case.cells["tsdatalake"] = (LOSSLESS, "column key, as it is")
+    else:
+        _case.cells["tsdatalake"] = (LOSSLESS, "column timestamp, as it is (Parquet, UTC)")
+#: iceberg: every column as a table column of the Iceberg type (written by pyiceberg)
+_ICEBERG_NOTES: dict[str, Cell] = {
+    "byte": (LOSSLESS, "int (Iceberg has no 8-bit integer)"),
+    "short": (LOSSLESS, "int (Iceberg has no 16-bit integer)"),
+    "timestamp: before 1970, year 9999, microseconds": (LOSSLESS, "timestamptz"),
+    "timestamp_ntz": (LOSSLESS, "timestamp (without zone)"),
+    "key: string, and a null key": (LOSSLESS, "the key column as is"),
+    "key: binary": (LOSSLESS, "the key column, binary"),
+    "key: struct<a:int,b:string>": (LOSSLESS, "the key column, struct"),
+    "record time: timestamp 1677..2262, microseconds": (LOSSLESS, "timestamptz column"),
+    "record time: timestamp after 2262": (LOSSLESS, "timestamptz column"),
+    "array<struct<d:decimal(38,18), m:map<string,array<double>>, t:timestamp>>": (
+        CONVERSION,
+        "a null array of structs reads back as an empty array (pyiceberg 0.12's writer "
+        "drops that null); all else lossless",
     ),
-    "key: binary": (LOSSLESS, "the key's bytes as they are"),
-    "key: struct<a:int,b:string>": (CONVERSION, "the key is its JSON text"),
+}
+for _case in CASES:
+    _case.cells["iceberg"] = _ICEBERG_NOTES.get(_case.label, L)
+#: bigquery: columns typed from the Spark schema (docs/sinks/bigquery.md), read back with
+#: google-cloud-bigquery from bqemulator
+_BQ_VALUES: dict[str, Cell] = {
+    "c_byte": (LOSSLESS, "INT64"),
+    "c_short": (LOSSLESS, "INT64"),
+    "c_int": (LOSSLESS, "INT64"),
+    "c_long": (LOSSLESS, "INT64"),
+    "c_float": (CONVERSION, "FLOAT64: the float's double value"),
+    "c_double": (LOSSLESS, "FLOAT64"),
+    "c_nonfinite": (LOSSLESS, "FLOAT64"),
+    "c_decimal": (LOSSLESS, "NUMERIC"),
+    "c_decimal38": (LOSSLESS, "BIGNUMERIC (the emulator cannot store it: unit-tested only)"),
+    "c_string": (LOSSLESS, "STRING"),
+    "c_nul": (LOSSLESS, "STRING"),
+    "c_binary": (LOSSLESS, "BYTES"),
+    "c_boolean": (LOSSLESS, "BOOL"),
+    "c_date": (LOSSLESS, "DATE"),
+    "c_timestamp": (LOSSLESS, "TIMESTAMP"),
+    "c_timestamp_ntz": (LOSSLESS, "DATETIME"),
+    "c_array": (ERROR, "RecordError: a BigQuery array cannot hold NULL elements"),
+    "c_map": (CONVERSION, "RECORD REPEATED of key, value; a null map reads back as []"),
+    "c_map_int": (CONVERSION, "RECORD REPEATED of key, value; a null map reads back as []"),
+    "c_struct": (LOSSLESS, "RECORD"),
+    "c_nested": (
+        CONVERSION,
+        "RECORD REPEATED, maps as key/value records, BIGNUMERIC (the emulator cannot store "
+        "it: unit-tested only)",
+    ),
+}
+_BQ_KEYS: dict[str, Cell] = {
+    "key: string, and a null key": (LOSSLESS, "__key STRING"),
+    "key: binary": (LOSSLESS, "__key BYTES"),
+    "key: struct<a:int,b:string>": (CONVERSION, "__key STRING: JSON text"),
 }
 for _case in CASES:
     if _case.role == "value":
-        _kind, _note = _case.cells["file json"]
-        _case.cells["redis"] = (
-            _kind,
-            f"in the JSON value: {_note}" if _note else "in the JSON value",
-        )
+        _case.cells["bigquery"] = _BQ_VALUES[_case.name]
     elif _case.role == "key":
-        _case.cells["redis"] = _REDIS_KEYS[_case.label]
+        _case.cells["bigquery"] = _BQ_KEYS[_case.label]
     else:
-        _case.cells["redis"] = (CONVERSION, "not written: a Redis value carries no record time")
+        _case.cells["bigquery"] = (CONVERSION, "column timestamp: TIMESTAMP, floored to ms")
+
+#: what bqemulator cannot store, so the integration test leaves it to the unit tests
+BIGQUERY_EMULATOR_GAPS = ("c_decimal38", "c_nested")
 
 
 def markdown() -> str:

@@ -437,6 +437,13 @@ class AzureDestination(Destination):
         self.write_bytes(probe, b"")
         self.delete([probe])
 
+    def create_root(self) -> None:
+        """Create the container; one that exists already is fine."""
+        from azure.core.exceptions import ResourceExistsError
+
+        with self._translate(), contextlib.suppress(ResourceExistsError):
+            self._container().create_container()
+
     def write_bytes(self, key: str, data: bytes) -> None:
         name = self.blob_name(key)
         with self._translate(key):

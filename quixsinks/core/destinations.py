@@ -106,6 +106,11 @@ class Destination(ABC):
     def check(self) -> None:
         """Fail early (on the driver) if the root cannot be written."""
 
+    def create_root(self) -> None:
+        """Create the bucket or container (object stores; sinks with an
+        ``auto_create_bucket`` option call it when :meth:`check` finds it missing)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot create its root")
+
     @abstractmethod
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write (or replace) ``key``."""

@@ -260,9 +260,11 @@ class MissingDependencyError(QuixSinksError, ImportError):
         extra: the quixsinks extra to install, e.g. ``"postgresql"``.
     """
 
-    def __init__(self, package: str, extra: str) -> None:
+    def __init__(self, package: str, extra: str, found: str | None = None) -> None:
+        installed = f" (found {found})" if found else ""
         super().__init__(
-            f"{package!r} is not installed; install it with: pip install 'quixsinks[{extra}]'",
+            f"{package!r} is not installed{installed}; "
+            f"install it with: pip install 'quixsinks[{extra}]'",
             extra=extra,
         )
         self.extra = extra

@@ -342,6 +342,13 @@ class GCSDestination(Destination):
         with self._translate(where, missing="bucket"), contextlib.suppress(_not_found()):
             probe.delete(retry=self._retry(), timeout=self._timeout)
 
+    def create_root(self) -> None:
+        """Create the bucket; one that exists already is fine."""
+        from google.api_core.exceptions import Conflict
+
+        with self._translate(f"gs://{self.bucket}"), contextlib.suppress(Conflict):
+            self._client().create_bucket(self.bucket)
+
     def write_bytes(self, key: str, data: bytes) -> None:
         blob = self._blob(key)
         with self._translate(self._where(key), missing="bucket"):

@@ -352,6 +352,18 @@ class S3Destination(Destination):
         with self._sdk("DeleteObject (write probe)", probe):
             self._client.delete_object(Bucket=self.bucket, Key=probe)
 
+    def create_root(self) -> None:
+        """Create the bucket (in ``region_name``); an existing one of ours is fine."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if self.region_name and self.region_name != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region_name}
+        try:
+            with self._sdk("CreateBucket"):
+                self._client.create_bucket(**kwargs)
+        except DestinationError as exc:
+            if "BucketAlreadyOwnedByYou" not in str(exc):
+                raise
+
     def write_bytes(self, key: str, data: bytes) -> None:
         full = self.object_key(key)
         with self._sdk("PutObject", full):

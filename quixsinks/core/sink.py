@@ -279,6 +279,18 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
         """
         self.records = self.options.record_schema(schema)
 
+    def column_type(self, schema: pa.Schema, name: str, option: str) -> pa.DataType:
+        """The type of column ``name`` that ``option`` names; OptionError if it is absent."""
+        if name not in schema.names:
+            raise OptionError(
+                f"{self.name}: {option!r} names {name!r}, which the DataFrame does not have; "
+                f"its columns are: {', '.join(schema.names)}",
+                option=option,
+                value=name,
+                allowed=list(schema.names),
+            )
+        return schema.field(name).type
+
     def preflight(self) -> None:
         """Check the destination once per driver process (I/O allowed), e.g. writable."""
 

@@ -14,16 +14,20 @@ completely silent and the sink stops flushing.
 
 Semantics in short:
 
-* **Fire-and-evict**: a key silent for at least ``stream_timeout_ms`` makes
-  the tracker call ``on_stream_timeout(key)`` (outside the internal lock);
-  when the callback returns normally the key is evicted. If the key publishes
-  again later it is a fresh stream with a new baseline and can fire again.
-* **Retry on callback error**: if the callback raises, the exception is
-  logged and the key stays tracked, so the callback is retried on the next
-  check cycle.
+* **Fire-and-evict**: a key silent for at least ``stream_timeout_ms`` is
+  evicted, then ``on_stream_timeout(key)`` is called (outside the internal
+  lock) and an INFO line is logged. The eviction happens before the callback,
+  so a callback that raises still counts as fired: its exception is logged
+  and swallowed, and the key does not fire again for the current silence
+  period. If the key publishes again later it is a fresh stream with a new
+  baseline and can fire again.
+* **Disabled with zero overhead** unless ``stream_timeout_ms`` is a positive
+  ``int`` *and* ``on_stream_timeout`` is callable: any other combination
+  (``None``, ``0``, a negative timeout, no callback) allocates no per-key
+  dict and starts no thread.
 * **TTL sweep**: a key silent for at least ``3 * stream_timeout_ms`` is
-  dropped *without* firing (a WARNING is logged). This bounds memory and ends
-  the retries of a callback that keeps failing.
+  dropped *without* firing (a WARNING is logged). This bounds memory when
+  checks could not run for a long time.
 * State is in memory only; it is lost on restart or rebalance.
 
 Example:
@@ -75,19 +79,21 @@ class StreamTimeoutTracker:
 
     * silence ``>= 3 * stream_timeout_ms``: the key is dropped without firing
       and a WARNING is logged (TTL safety sweep);
-    * silence ``>= stream_timeout_ms``: an INFO line is logged and
-      ``on_stream_timeout(key)`` is called outside the lock. If it returns,
-      the key is evicted (fire-and-evict), unless it was touched again while
-      the callback ran. If it raises, the error is logged and the key stays
-      tracked, so it is retried on the next check until the TTL sweep drops
-      it.
+    * silence ``>= stream_timeout_ms``: the key is evicted, then
+      ``on_stream_timeout(key)`` is called outside the lock and an INFO line
+      is logged. A callback that raises still counts as fired: the error is
+      logged and swallowed, and the key fires again only after it has been
+      touched again and gone silent again.
 
-    A key being fired by one check is skipped by any concurrent check, so a
-    callback never runs twice at once for the same key.
+    Eviction happens under the lock before any callback runs, so concurrent
+    checks never fire the same key twice, and a :meth:`touch` racing with the
+    callback starts a fresh silence period.
 
-    Tracking is disabled when both ``stream_timeout_ms`` and
-    ``on_stream_timeout`` are ``None``. A disabled tracker allocates no
-    per-key state, never starts a thread, and all its methods are no-ops.
+    Tracking is enabled only when ``stream_timeout_ms`` is a positive ``int``
+    and ``on_stream_timeout`` is callable. Any other combination (``None``,
+    ``0`` or a negative timeout, a missing callback) disables it: a disabled
+    tracker allocates no per-key state, never starts a thread, and all its
+    methods are no-ops.
 
     The background thread is started by :meth:`start` or lazily by
     :meth:`touch`. It exits by itself after ``idle_exit_cycles`` consecutive
@@ -103,13 +109,11 @@ class StreamTimeoutTracker:
     bounded, non-blocking work.
 
     Args:
-        stream_timeout_ms: Per-key silence threshold in milliseconds; a
-            positive ``int``, or ``None`` (together with
-            ``on_stream_timeout``) to disable tracking.
+        stream_timeout_ms: Per-key silence threshold in milliseconds; tracking
+            is disabled unless it is a positive ``int``.
         on_stream_timeout: Called with the raw key (exactly the object given
             to :meth:`touch`) when that key has been silent for at least
-            ``stream_timeout_ms``; ``None`` together with
-            ``stream_timeout_ms`` disables tracking.
+            ``stream_timeout_ms``; tracking is disabled unless it is callable.
         check_interval_ms: Period of the background check. A positive
             ``int`` is used as given; anything else selects the default
             ``max(100, min(1000, stream_timeout_ms // 5))``.
@@ -121,10 +125,7 @@ class StreamTimeoutTracker:
         thread_name: Name of the background thread.
 
     Raises:
-        ValueError: If exactly one of ``stream_timeout_ms`` and
-            ``on_stream_timeout`` is ``None``, if ``stream_timeout_ms`` is
-            not a positive ``int``, if ``on_stream_timeout`` is not callable,
-            or if ``idle_exit_cycles`` is not a positive ``int``.
+        ValueError: If ``idle_exit_cycles`` is not a positive ``int``.
     """
 
     def __init__(
@@ -140,14 +141,6 @@ class StreamTimeoutTracker:
     ) -> None:
         if not _is_positive_int(idle_exit_cycles):
             raise ValueError("idle_exit_cycles must be a positive int")
-        if (stream_timeout_ms is None) != (on_stream_timeout is None):
-            raise ValueError(
-                "stream_timeout_ms and on_stream_timeout must both be provided "
-                "to enable stream-timeout tracking; got "
-                f"stream_timeout_ms={stream_timeout_ms!r}, "
-                f"on_stream_timeout={on_stream_timeout!r}"
-            )
-
         self._logger = logger if logger is not None else logging.getLogger(_DEFAULT_LOGGER_NAME)
         self._clock: Callable[[], int] = clock if clock is not None else _wall_clock_ms
         self._idle_exit_cycles = idle_exit_cycles
@@ -162,15 +155,10 @@ class StreamTimeoutTracker:
         self._check_interval_ms: int | None = None
         # Per-key state is only allocated when tracking is enabled.
         self._last_seen: dict[Hashable, int] | None = None
-        self._in_flight: set[Hashable] | None = None
 
-        if stream_timeout_ms is None or on_stream_timeout is None:
-            return  # both None: disabled
-
-        if not _is_positive_int(stream_timeout_ms):
-            raise ValueError("stream_timeout_ms must be a positive int (milliseconds)")
-        if not callable(on_stream_timeout):
-            raise ValueError("on_stream_timeout must be callable")
+        if not _is_positive_int(stream_timeout_ms) or not callable(on_stream_timeout):
+            return  # disabled, as the seed says: no dict, no thread
+        assert isinstance(stream_timeout_ms, int)
 
         self._timeout_ms = stream_timeout_ms
         self._callback = on_stream_timeout
@@ -182,7 +170,6 @@ class StreamTimeoutTracker:
                 min(_MAX_CHECK_INTERVAL_MS, stream_timeout_ms // _CHECK_INTERVAL_DIVISOR),
             )
         self._last_seen = {}
-        self._in_flight = set()
 
     # ------------------------------------------------------------------ info
 
@@ -246,40 +233,38 @@ class StreamTimeoutTracker:
                 self._spawn_locked()
 
     def check_now(self, *, now_ms: int | None = None) -> list[Any]:
-        """Run one silence check: sweep expired keys and fire silent ones.
+        """Run one silence check: sweep expired keys, evict and fire silent ones.
 
         Args:
             now_ms: The current time in milliseconds; defaults to the
                 tracker's clock.
 
         Returns:
-            The keys whose callback completed successfully in this check
-            (and which were therefore evicted, unless touched meanwhile).
+            The keys fired by this check (evicted, callback called; a callback
+            that raised counts as fired).
         """
         last_seen = self._last_seen
-        in_flight = self._in_flight
         timeout_ms = self._timeout_ms
         callback = self._callback
-        if last_seen is None or in_flight is None or timeout_ms is None or callback is None:
+        if last_seen is None or timeout_ms is None or callback is None:
             return []
         now = self._clock() if now_ms is None else now_ms
         ttl_ms = _TTL_MULTIPLIER * timeout_ms
 
         dropped: list[tuple[Hashable, int]] = []
-        due: list[tuple[Hashable, int, int]] = []
+        due: list[tuple[Hashable, int]] = []
         with self._lock:
             for key, seen in last_seen.items():
-                if key in in_flight:
-                    continue
                 silence = now - seen
                 if silence >= ttl_ms:
                     dropped.append((key, silence))
                 elif silence >= timeout_ms:
-                    due.append((key, seen, silence))
+                    due.append((key, silence))
+            # evict before any callback runs: a key fires once per silence period
             for key, _ in dropped:
                 del last_seen[key]
-            for key, _, _ in due:
-                in_flight.add(key)
+            for key, _ in due:
+                del last_seen[key]
 
         for key, _ in dropped:
             self._logger.warning(
@@ -289,36 +274,21 @@ class StreamTimeoutTracker:
             )
 
         fired: list[Any] = []
-        for index, (key, seen, silence) in enumerate(due):
+        for key, silence in due:
+            fired.append(key)
             try:
-                self._logger.info(
-                    "Stream %r timed out (silence %d ms >= threshold %d ms)",
-                    key,
-                    silence,
-                    timeout_ms,
-                )
                 callback(key)
             except Exception:
                 self._logger.exception(
-                    "on_stream_timeout callback failed for stream %r; "
-                    "it stays tracked and is retried on the next check",
+                    "on_stream_timeout callback failed for stream %r; it counts as fired",
                     key,
                 )
-                with self._lock:
-                    in_flight.discard(key)
-                continue
-            except BaseException:
-                # Do not leave this and the remaining keys marked in flight.
-                with self._lock:
-                    for pending, _, _ in due[index:]:
-                        in_flight.discard(pending)
-                raise
-            with self._lock:
-                in_flight.discard(key)
-                # Evict only if not touched again while the callback ran.
-                if last_seen.get(key) == seen:
-                    del last_seen[key]
-            fired.append(key)
+            self._logger.info(
+                "Stream %r timed out (silence %d ms >= threshold %d ms)",
+                key,
+                silence,
+                timeout_ms,
+            )
         return fired
 
     # ------------------------------------------------------------ lifecycle

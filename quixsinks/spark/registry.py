@@ -27,7 +27,18 @@ logger = logging.getLogger("quixsinks.registry")
 #: format name -> the module that Spark auto-registers it from (its ``DefaultSource``)
 BUILTIN_SINKS: dict[str, str] = {
     name: f"pyspark_quixsinks_{name}"
-    for name in ("csvfile", "file", "influxdb3", "postgresql", "redis")
+    for name in (
+        "bigquery",
+        "csvfile",
+        "file",
+        "influxdb3",
+        "iceberg",
+        "kinesis",
+        "postgresql",
+        "pubsub",
+        "redis",
+        "tsdatalake",
+    )
 }
 
 
@@ -86,6 +97,10 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
             continue
         spark.dataSource.register(data_source)
         registered.append(name)
+    if "iceberg" in registered:  # a JVM Iceberg connector would own the name
+        from quixsinks.sinks.iceberg.clash import warn_if_jvm_connector
+
+        warn_if_jvm_connector(spark)
     for item in custom:
         data_source = (
             data_source_for(item) if isinstance(item, type) and issubclass(item, Sink) else item

@@ -9,20 +9,30 @@ MissingDependencyError that names the extra.
 
 from __future__ import annotations
 
+from quixsinks.sinks.bigquery import BigQuerySink
 from quixsinks.sinks.csvfile import CSVFileSink
 from quixsinks.sinks.file import FileSink
+from quixsinks.sinks.iceberg import IcebergSink
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
+from quixsinks.sinks.kinesis import KinesisSink
 from quixsinks.sinks.postgresql import PostgreSQLSink
+from quixsinks.sinks.pubsub import PubSubSink
 from quixsinks.sinks.redis import RedisSink
+from quixsinks.sinks.tsdatalake import TSDataLakeSink
 
 from .datasource import QuixDataSource
 
 __all__ = [
+    "BigQueryDataSource",
     "CSVFileDataSource",
     "FileDataSource",
+    "IcebergDataSource",
     "InfluxDB3DataSource",
+    "KinesisDataSource",
     "PostgreSQLDataSource",
+    "PubSubDataSource",
     "RedisDataSource",
+    "TSDataLakeDataSource",
 ]
 
 
@@ -72,3 +82,55 @@ class RedisDataSource(QuixDataSource):
     """
 
     sink_class = RedisSink
+
+
+class TSDataLakeDataSource(QuixDataSource):
+    """``format("tsdatalake")``: the Quix time-series data lake, Hive-partitioned Parquet;
+    exactly-once, with per-key silence detection.
+
+    Save mode append; streaming output mode append. See docs/sinks/tsdatalake.md.
+    """
+
+    sink_class = TSDataLakeSink
+
+
+class KinesisDataSource(QuixDataSource):
+    """``format("kinesis")``: records into a Kinesis data stream; at-least-once, never a
+    silent loss, a deterministic dedupe id per record.
+
+    Save mode append; streaming output mode append. See docs/sinks/kinesis.md.
+    """
+
+    sink_class = KinesisSink
+
+
+class PubSubDataSource(QuixDataSource):
+    """``format("pubsub")``: one Google Pub/Sub message per row; at-least-once, every
+    message with a deterministic ``qs_dedupe_id`` attribute.
+
+    Save mode append; streaming output mode append. See docs/sinks/pubsub.md.
+    """
+
+    sink_class = PubSubSink
+
+
+class IcebergDataSource(QuixDataSource):
+    """``format("iceberg")``: one Iceberg snapshot per micro-batch through pyiceberg (SQL,
+    REST, Glue and other catalogs); exactly-once.
+
+    Save modes append and overwrite; streaming output modes append and complete.
+    See docs/sinks/iceberg.md.
+    """
+
+    sink_class = IcebergSink
+
+
+class BigQueryDataSource(QuixDataSource):
+    """``format("bigquery")``: rows into a BigQuery table through the Storage Write API
+    (Arrow, PENDING streams); exactly-once (``write_mode=direct``: at-least-once).
+
+    Save modes append and overwrite; streaming output modes append and complete.
+    See docs/sinks/bigquery.md.
+    """
+
+    sink_class = BigQuerySink

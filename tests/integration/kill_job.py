@@ -12,6 +12,14 @@ QUIXSINKS_KILL_ONLY_FILE holding JSON options, only the `file` query runs, with 
 options (an object-store path and its credentials). The `redis` query runs when
 QUIXSINKS_KILL_REDIS holds its options as JSON: two queries, `redis` (one hash per
 event, key event:{id}) and `redis-list` (every event appended to the list `events`).
+The `tsdatalake` query runs when QUIXSINKS_KILL_TSDATALAKE holds its options as JSON
+(table `events`, partitioned by day and key). The `kinesis` query runs when
+QUIXSINKS_KILL_KINESIS holds its options as JSON.
+The `pubsub` query runs when QUIXSINKS_KILL_PUBSUB holds its options as JSON (one message
+per event; at-least-once).
+QUIXSINKS_KILL_KINESIS holds its options as JSON. The `iceberg` query runs when
+QUIXSINKS_KILL_ICEBERG holds its options as JSON.
+The `bigquery` query runs when QUIXSINKS_KILL_BIGQUERY holds its options as JSON.
 """
 
 from __future__ import annotations
@@ -59,6 +67,22 @@ def main() -> None:
             "redis",
             {**redis_options, "data_type": "list", "key_template": "events"},
         )
+    if os.environ.get("QUIXSINKS_KILL_TSDATALAKE"):
+        lake_options = {
+            "table_name": "events",
+            "hive_columns": "year,month,day,key",
+            "timestamp_column": "timestamp",
+        }
+        lake_options.update(json.loads(os.environ["QUIXSINKS_KILL_TSDATALAKE"]))
+        sinks["tsdatalake"] = ("tsdatalake", lake_options)
+    if os.environ.get("QUIXSINKS_KILL_KINESIS"):
+        sinks["kinesis"] = ("kinesis", json.loads(os.environ["QUIXSINKS_KILL_KINESIS"]))
+    if os.environ.get("QUIXSINKS_KILL_PUBSUB"):
+        sinks["pubsub"] = ("pubsub", json.loads(os.environ["QUIXSINKS_KILL_PUBSUB"]))
+    if os.environ.get("QUIXSINKS_KILL_ICEBERG"):
+        sinks["iceberg"] = ("iceberg", json.loads(os.environ["QUIXSINKS_KILL_ICEBERG"]))
+    if os.environ.get("QUIXSINKS_KILL_BIGQUERY"):
+        sinks["bigquery"] = ("bigquery", json.loads(os.environ["QUIXSINKS_KILL_BIGQUERY"]))
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
         sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")

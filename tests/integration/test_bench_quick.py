@@ -1,6 +1,6 @@
 """``make bench`` cannot break silently: every benchmark it runs, in ``--quick`` mode.
 
-A tenth of the rows, one timed run, results in a temporary folder, no pip installs (a
+A hundredth of the rows, one timed run, results in a temporary folder, no pip installs (a
 peer that is not installed, such as Quix Streams, is reported as skipped with the
 reason; the test checks that it says so). The numbers are not judged here.
 """

@@ -107,7 +107,7 @@ class Servers:
         if "checkpointLocation" in out:
             out["checkpointLocation"] = self.local(out["checkpointLocation"])
         path = out.get("path", "")
-        if fmt in ("file", "csvfile"):
+        if fmt in ("file", "csvfile", "tsdatalake", "alerting_lake"):
             out.update(self.store(path, out))
         elif fmt == "postgresql":
             pg = self.server("postgres")
@@ -127,6 +127,26 @@ class Servers:
                 port=str(redis_server.port),
                 password=redis_server.password,
             )
+        elif fmt == "kinesis":
+            kinesalite = self.server("kinesalite")
+            stream = out["stream_name"]
+            if stream not in kinesalite.client().list_streams()["StreamNames"]:
+                kinesalite.create_stream(stream, shards=2)
+            out.update({k: str(v) for k, v in kinesalite.options().items()})
+        elif fmt == "pubsub":
+            emulator = self.server("pubsub_emulator")
+            out.pop("service_account_json", None)
+            emulator.create_topic(out["topic_id"], project=out["project_id"], exist_ok=True)
+            out["emulator_host"] = emulator.emulator_host
+        elif fmt in ("iceberg", "pyiceberg"):  # every catalog -> the embedded SQLite one
+            for key in list(out):
+                if key.startswith(("catalog", "aws_", "data_catalog")):
+                    out.pop(key)
+            out["warehouse"] = self.local(out.get("warehouse", "/warehouse"))
+        elif fmt == "bigquery":
+            emulator = self.server("bqemulator")
+            out.update(emulator.options)
+            out["dataset_id"] = f"docs_{uuid.uuid4().hex[:8]}_{out['dataset_id']}"
         elif fmt == "webhook":
             out.update(url=self.webhook, token="t")
         self.writes.append(fmt)

@@ -26,6 +26,14 @@ def read_file(out: Path) -> list[int]:
     return sorted(read_jsonl_ids(out))
 
 
+def read_lake(table: Path) -> list[int]:
+    import pyarrow.dataset as ds
+
+    if not table.exists():
+        return []
+    return sorted(ds.dataset(str(table), partitioning="hive").to_table().column("id").to_pylist())
+
+
 def read_csvfile(out: Path) -> list[int]:
     with open(out, newline="", encoding="utf-8") as f:
         return sorted(json.loads(row["value"])["id"] for row in csv.DictReader(f))
@@ -43,6 +51,16 @@ def cases(
         finally:
             conn.close()
 
+    iceberg_options = {"warehouse": str(tmp_path / "warehouse"), "table_name": "db.events"}
+
+    def read_iceberg() -> list[int]:
+        from quixsinks.sinks.iceberg import IcebergOptions
+        from quixsinks.sinks.iceberg.catalog import load_catalog
+
+        opts = IcebergOptions.from_options(iceberg_options)
+        table = load_catalog(opts).load_table("db.events")
+        return sorted(table.scan().to_arrow().column("id").to_pylist())
+
     out = tmp_path / "out"
     return {
         "file": ("file", {"path": str(out)}, lambda: read_file(out)),
@@ -53,6 +71,12 @@ def cases(
             lambda: read_csvfile(tmp_path / "out.csv"),
         ),
         "postgresql": ("postgresql", {**pg["options"], "table_name": "events"}, read_pg),
+        "tsdatalake": (
+            "tsdatalake",
+            {"path": str(out), "table_name": "events", "hive_columns": "key"},
+            lambda: read_lake(out / "events"),
+        ),
+        "iceberg": ("iceberg", iceberg_options, read_iceberg),
     }
 
 
@@ -69,12 +93,39 @@ def redis_list_case(
     return "redis", options, read
 
 
-@pytest.mark.parametrize("case", ["file", "file-append", "csvfile", "postgresql", "redis-list"])
+def bigquery_case(
+    bigquery_sink: dict[str, Any],
+) -> tuple[str, dict[str, str], Callable[[], list[int]]]:
+    """BigQuery keeps its fenced ledger in the table's dataset (bqemulator)."""
+    options = {**bigquery_sink["options"], "value_columns": "id"}
+
+    def read() -> list[int]:
+        result = bigquery_sink["client"].query(f"SELECT id FROM `{bigquery_sink['table']}`")
+        return sorted(r["id"] for r in result.result())
+
+    return "bigquery", options, read
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "file",
+        "file-append",
+        "csvfile",
+        "postgresql",
+        "redis-list",
+        "tsdatalake",
+        "iceberg",
+        "bigquery",
+    ],
+)
 def test_new_checkpoint_with_a_used_sink_id_fails_then_takes_over_when_told(
     spark: Any, tmp_path: Path, pg: dict[str, Any], case: str, request: pytest.FixtureRequest
 ) -> None:
     if case == "redis-list":
         fmt, options, read = redis_list_case(request.getfixturevalue("redis_sink"))
+    elif case == "bigquery":
+        fmt, options, read = bigquery_case(request.getfixturevalue("bigquery_sink"))
     else:
         fmt, options, read = cases(tmp_path, pg)[case]
     options = {**options, "sink_id": SINK_ID}

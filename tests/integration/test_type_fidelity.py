@@ -25,7 +25,15 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from tests.fidelity_matrix import CASES, CONVERSION, ERROR, LOSSLESS, SINKS, Case
+from tests.fidelity_matrix import (
+    BIGQUERY_EMULATOR_GAPS,
+    CASES,
+    CONVERSION,
+    ERROR,
+    LOSSLESS,
+    SINKS,
+    Case,
+)
 
 T0 = 1714521600000
 VALUE_CASES = [c for c in CASES if c.role == "value"]
@@ -148,14 +156,40 @@ def influx_form(value: Any, t: pa.DataType) -> Any:
     return plain_form(value, t)
 
 
+def iceberg_form(value: Any, t: pa.DataType) -> Any:
+    if value is None and pa.types.is_list(t) and pa.types.is_struct(t.value_type):
+        return []  # pyiceberg 0.12's writer drops the null of a list of structs
+    return plain_form(value, t)
+
+
+def bq_form(value: Any, t: pa.DataType) -> Any:
+    """A value as google-cloud-bigquery reads it back (maps: key/value records; a null
+    REPEATED column: [])."""
+    if pa.types.is_map(t):
+        entries = value or []
+        return [{"key": k, "value": bq_form(v, t.item_type)} for k, v in entries]
+    if pa.types.is_list(t):
+        return [bq_form(v, t.value_type) for v in value or []]
+    if value is None:
+        return None
+    if pa.types.is_struct(t):
+        return {f.name: bq_form(value[f.name], f.type) for f in t}
+    return value
+
+
 FORMS: dict[str, Callable[[Any, pa.DataType], Any]] = {
+    "bigquery": bq_form,
     "file json": json_form,
     "file csv": json_form,
     "csvfile": json_form,
     "file parquet": plain_form,
+    "tsdatalake": plain_form,
     "postgresql": pg_form,
     "influxdb3": influx_form,
     "redis": json_form,
+    "kinesis": json_form,
+    "pubsub": json_form,
+    "iceberg": iceberg_form,
 }
 
 
@@ -187,6 +221,9 @@ def read_values(sink: str, where: dict[str, Any], names: list[str]) -> dict[int,
     elif sink == "file parquet":
         for row in read_parquet(where["path"]).to_pylist():
             out[row["id"]] = row
+    elif sink == "tsdatalake":
+        for row in read_parquet(where["table"]).to_pylist():
+            out[row["id"]] = row
     elif sink == "postgresql":
         pg, table = where["pg"], where["table"]
         types = dict(
@@ -213,6 +250,18 @@ def read_values(sink: str, where: dict[str, Any], names: list[str]) -> dict[int,
         for _, raw in redis_items(where):
             value = loads(raw.decode("utf-8"))
             out[value["id"]] = value
+    elif sink == "kinesis":
+        for record in kinesis_records(where):
+            value = loads(record["Data"].decode("utf-8"))
+            out[value["id"]] = value
+    elif sink == "pubsub":
+        for message in pubsub_messages(where):
+            value = loads(message.data.decode("utf-8"))
+            out[value["id"]] = value
+    elif sink == "iceberg":
+        out = {row["id"]: row for row in iceberg_rows(where)}
+    elif sink == "bigquery":
+        out = {r["id"]: r for r in bq_rows(where)}
     else:
         influx = where["influx"]
         rows = influx["server"].query(influx["database"], 'SELECT * FROM "fid"')
@@ -225,6 +274,43 @@ def redis_items(where: dict[str, Any]) -> list[tuple[bytes, bytes]]:
     client, prefix = where["redis"]["client"], where["redis"]["prefix"].encode()
     found = sorted(client.keys(prefix + b"*"))
     return [(k[len(prefix) :], client.get(k)) for k in found]
+
+
+def kinesis_records(where: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every record of the test's stream (GetRecords)."""
+    return list(where["kinesis"]["server"].read_all(where["kinesis"]["stream"]))
+
+
+def pubsub_messages(where: dict[str, Any]) -> list[Any]:
+    """Every message the test published (pulled once, then kept)."""
+    if "messages" not in where:
+        topic = where["pubsub"]
+        where["messages"] = topic["server"].pull_all(topic["topic"], idle_seconds=0.5)
+    return list(where["messages"])
+
+
+def iceberg_rows(where: dict[str, Any]) -> list[dict[str, Any]]:
+    from quixsinks.sinks.iceberg import IcebergOptions
+    from quixsinks.sinks.iceberg.catalog import load_catalog
+
+    catalog = load_catalog(IcebergOptions.from_options(where["options"]))
+    if not catalog.table_exists(where["options"]["table_name"]):
+        return []
+    rows: list[dict[str, Any]] = (
+        catalog.load_table(where["options"]["table_name"]).scan().to_arrow().to_pylist()
+    )
+    return rows
+
+
+def bq_rows(where: dict[str, Any]) -> list[dict[str, Any]]:
+    sink = where["bigquery"]
+    try:
+        result = sink["client"].query(f"SELECT * FROM `{sink['table']}`").result()
+    except Exception as exc:
+        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
+            return []  # no table: nothing landed
+        raise
+    return [dict(r.items()) for r in result]
 
 
 def read_parquet(path: str) -> pa.Table:
@@ -252,6 +338,10 @@ def target(sink: str, tmp_path: Path, name: str, request: pytest.FixtureRequest)
     if sink.startswith("file"):
         path = str(tmp_path / name)
         return "file", {"path": path, **SINKS[sink]}, {"path": path}
+    if sink == "tsdatalake":
+        path = tmp_path / name
+        options = {"path": str(path), **SINKS[sink]}
+        return "tsdatalake", options, {"table": str(path / SINKS[sink]["table_name"])}
     if sink == "csvfile":
         path = str(tmp_path / f"{name}.csv")
         return "csvfile", {"path": path}, {"path": path}
@@ -261,6 +351,18 @@ def target(sink: str, tmp_path: Path, name: str, request: pytest.FixtureRequest)
     if sink == "redis":
         redis_sink = request.getfixturevalue("redis_sink")
         return "redis", dict(redis_sink["options"]), {"redis": redis_sink}
+    if sink == "kinesis":
+        kinesis_sink = request.getfixturevalue("kinesis_sink")
+        return "kinesis", dict(kinesis_sink["options"]), {"kinesis": kinesis_sink}
+    if sink == "pubsub":
+        topic = request.getfixturevalue("pubsub_topic")
+        return "pubsub", dict(topic["options"]), {"pubsub": topic}
+    if sink == "iceberg":
+        options = {"warehouse": str(tmp_path / "warehouse"), "table_name": f"db.{name}"}
+        return "iceberg", options, {"options": dict(options)}
+    if sink == "bigquery":
+        bigquery_sink = request.getfixturevalue("bigquery_sink")
+        return "bigquery", dict(bigquery_sink["options"]), {"bigquery": bigquery_sink}
     influx = request.getfixturevalue("influx")
     options = {
         **influx["options"],
@@ -275,6 +377,9 @@ def landed(sink: str, where: dict[str, Any]) -> int:
     if sink.startswith("file"):
         path = Path(where["path"])
         return len([p for p in path.glob("*") if p.is_file()]) if path.exists() else 0
+    if sink == "tsdatalake":
+        path = Path(where["table"])
+        return len(list(path.rglob("*.parquet"))) if path.exists() else 0
     if sink == "csvfile":
         return Path(where["path"]).stat().st_size if Path(where["path"]).exists() else 0
     if sink == "postgresql":
@@ -286,6 +391,14 @@ def landed(sink: str, where: dict[str, Any]) -> int:
         )
     if sink == "redis":
         return len(redis_items(where))
+    if sink == "kinesis":
+        return len(kinesis_records(where))
+    if sink == "pubsub":
+        return len(pubsub_messages(where))
+    if sink == "iceberg":
+        return len(iceberg_rows(where))
+    if sink == "bigquery":
+        return len(bq_rows(where))
     influx = where["influx"]
     return len(influx["server"].query(influx["database"], 'SELECT * FROM "fid"'))
 
@@ -297,6 +410,8 @@ def test_values_are_lossless_or_converted_as_declared(
     spark: Any, sink: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     cases = [c for c in VALUE_CASES if c.cells[sink][0] in (LOSSLESS, CONVERSION)]
+    if sink == "bigquery":
+        cases = [c for c in cases if c.name not in BIGQUERY_EMULATOR_GAPS]
     df = frame(spark, cases)
     fmt, options, where = target(sink, tmp_path, "fid", request)
     if sink == "influxdb3":
@@ -343,6 +458,18 @@ KEY_CASES = [c for c in CASES if c.role == "key"]
 
 
 def key_form(sink: str, value: Any, t: pa.DataType) -> Any:
+    if sink == "kinesis" and value is not None:
+        if pa.types.is_struct(t):
+            return json.dumps(value, separators=(",", ":"))
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if sink == "pubsub":
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        if pa.types.is_struct(t):
+            return json.dumps(value, separators=(",", ":"))
+        return value
     if sink == "redis" and value is not None:
         if pa.types.is_struct(t):
             return json.dumps(value, separators=(",", ":")).encode()
@@ -351,7 +478,7 @@ def key_form(sink: str, value: Any, t: pa.DataType) -> Any:
         return "" if sink in ("file csv", "csvfile") else None
     if sink in ("file json", "file csv", "csvfile", "influxdb3") and pa.types.is_binary(t):
         return value.decode("utf-8", "replace")
-    if sink in ("file csv", "csvfile", "postgresql") and pa.types.is_struct(t):
+    if sink in ("file csv", "csvfile", "postgresql", "bigquery") and pa.types.is_struct(t):
         return json.dumps(value, separators=(",", ":"))
     return value
 
@@ -374,11 +501,21 @@ def read_keys(sink: str, where: dict[str, Any]) -> dict[int, Any]:
         return {loads(r["value"])["id"]: r["key"] for r in rows}
     if sink == "file parquet":
         return {r["id"]: r["_key"] for r in read_parquet(where["path"]).to_pylist()}
+    if sink == "tsdatalake":
+        return {r["id"]: r["key"] for r in read_parquet(where["table"]).to_pylist()}
     if sink == "postgresql":
         rows = query(where["pg"], f'SELECT id, __key FROM "{where["table"]}"')
         return {i: bytes(k) if isinstance(k, memoryview) else k for i, k in rows}
     if sink == "redis":
         return {loads(v.decode())["id"]: k for k, v in redis_items(where)}
+    if sink == "kinesis":
+        return {loads(r["Data"].decode())["id"]: r["PartitionKey"] for r in kinesis_records(where)}
+    if sink == "pubsub":
+        return {loads(m.data)["id"]: m.attributes.get("_key") for m in pubsub_messages(where)}
+    if sink == "iceberg":
+        return {r["id"]: r["key"] for r in iceberg_rows(where)}
+    if sink == "bigquery":
+        return {r["id"]: r["__key"] for r in bq_rows(where)}
     influx = where["influx"]
     rows = influx["server"].query(influx["database"], 'SELECT * FROM "fid"')
     return {r["id"]: r.get("__key") for r in rows}
@@ -419,13 +556,17 @@ TIME_CASES = [c for c in CASES if c.role == "time"]
 
 
 def time_form(sink: str, value: dt.datetime) -> Any:
+    if sink == "tsdatalake":
+        return value  # the column as it is
     micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(
         microseconds=1
     )
     if sink == "influxdb3":
         return micros * 1000  # InfluxQL answers in nanoseconds
+    if sink == "iceberg":
+        return value
     millis = micros // 1000
-    if sink == "postgresql":
+    if sink in ("postgresql", "bigquery"):
         return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=millis)
     return millis if sink != "file csv" and sink != "csvfile" else str(millis)
 
@@ -450,6 +591,16 @@ def read_times(sink: str, where: dict[str, Any]) -> dict[int, Any]:
         return {r["id"]: r["_timestamp"] for r in read_parquet(where["path"]).to_pylist()}
     if sink == "postgresql":
         return dict(query(where["pg"], f'SELECT id, timestamp FROM "{where["table"]}"'))
+    if sink == "tsdatalake":
+        return {r["id"]: r["timestamp"] for r in read_parquet(where["table"]).to_pylist()}
+    if sink == "pubsub":
+        return {
+            loads(m.data)["id"]: int(m.attributes["_timestamp"]) for m in pubsub_messages(where)
+        }
+    if sink == "iceberg":
+        return {r["id"]: r["timestamp"] for r in iceberg_rows(where)}
+    if sink == "bigquery":
+        return {r["id"]: r["timestamp"] for r in bq_rows(where)}
     influx = where["influx"]
     rows = influx["server"].query(influx["database"], 'SELECT * FROM "fid"')
     return {r["id"]: r["time"] for r in rows}
@@ -466,6 +617,14 @@ def test_record_times_are_written_as_declared(
     fmt, options, where = target(sink, tmp_path, "fid", request)
     if sink == "influxdb3":
         options["fields_keys"] = "id"
+    if sink == "kinesis":
+        write(df, fmt, {**options, "null_partition_keys": "dedupe_id"})
+        found = [loads(r["Data"].decode()) for r in kinesis_records(where)]
+        assert sorted(found, key=lambda v: v["id"]) == [
+            {"_dedupe_id": v["_dedupe_id"], "id": i}
+            for i, v in enumerate(sorted(found, key=lambda v: v["id"]))
+        ]
+        return
     if sink == "redis":
         options["key_template"] = "t{id}"
         write(df, fmt, options)

@@ -71,7 +71,7 @@ def test_workers_on_an_interpreter_without_quixsinks_fail_registration_clearly(
     assert f"PYSPARK_PYTHON={sys.executable}" in error
     assert "check_workers=False" in error
     # the escape hatch registers without the check
-    assert "UNCHECKED ['csvfile', 'file'" in out
+    assert "UNCHECKED ['bigquery', 'csvfile', 'file'" in out
 
 
 def test_this_interpreter_passes_and_a_virtualenvs_base_interpreter_is_checked() -> None:

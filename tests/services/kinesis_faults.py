@@ -12,10 +12,12 @@ answer, so tests point a client at `KinesisFaultProxy` instead:
 - ``drop_responses(n)``: the next ``n`` PutRecords calls are forwarded (their records land)
   and then the connection is closed without an answer: the client cannot know, and a
   resend duplicates them.
+- ``delay_responses(n, seconds)``: the next ``n`` PutRecords calls are forwarded (their
+  records land) and answered only after ``seconds``: a slow server, or a client timeout.
 
 Other calls are forwarded unchanged. kinesalite does not verify SigV4 signatures, so a
 rewritten body is accepted. Counters (``entries_refused``, ``calls_throttled``,
-``responses_dropped``, ``entries_forwarded``) say what was injected::
+``responses_dropped``, ``responses_delayed``, ``entries_forwarded``) say what was injected::
 
     with KinesisFaultProxy(kinesalite.endpoint_url, throttle_fraction=0.1) as proxy:
         options = {**kinesalite.options(), "endpoint_url": proxy.url}
@@ -27,6 +29,7 @@ import http.client
 import json
 import random
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -56,8 +59,11 @@ class KinesisFaultProxy(InProcessHTTPServer):
         self.entries_forwarded = 0
         self.calls_throttled = 0
         self.responses_dropped = 0
+        self.responses_delayed = 0
         self._throttle_calls = 0
         self._drop_responses = 0
+        self._delay_responses = 0
+        self._delay_seconds = 0.0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
 
@@ -75,6 +81,12 @@ class KinesisFaultProxy(InProcessHTTPServer):
         with self._lock:
             self._drop_responses += count
 
+    def delay_responses(self, count: int, seconds: float) -> None:
+        """Forward the next ``count`` PutRecords calls, then answer after ``seconds``."""
+        with self._lock:
+            self._delay_responses += count
+            self._delay_seconds = seconds
+
     def _decide(self) -> str:
         with self._lock:
             if self._throttle_calls:
@@ -85,6 +97,10 @@ class KinesisFaultProxy(InProcessHTTPServer):
                 self._drop_responses -= 1
                 self.responses_dropped += 1
                 return "drop"
+            if self._delay_responses:
+                self._delay_responses -= 1
+                self.responses_delayed += 1
+                return "delay"
             return "forward"
 
     def _refuse(self, count: int) -> list[bool]:
@@ -131,6 +147,8 @@ class KinesisFaultProxy(InProcessHTTPServer):
                     self.close_connection = True
                     self.connection.close()
                     return
+                if decision == "delay":
+                    time.sleep(proxy._delay_seconds)
                 merged: list[dict[str, Any]] = []
                 landed = iter(results)
                 for no in refused:

@@ -169,6 +169,11 @@ def minimal_options(name: str, tmp_path: Path) -> dict[str, str]:
         "postgresql": {"dbname": "db", "table_name": "t", "password": "secret"},
         "influxdb3": {"host": "http://127.0.0.1:1", "database": "db", "measurement": "m"},
         "redis": {"host": "127.0.0.1", "password": "secret"},
+        "tsdatalake": {"path": str(tmp_path / "lake"), "table_name": "t"},
+        "kinesis": {"stream_name": "s", "aws_secret_access_key": "secret"},
+        "pubsub": {"project_id": "p", "topic_id": "events", "service_account_json": "secret"},
+        "iceberg": {"warehouse": str(tmp_path / "warehouse"), "table_name": "db.t"},
+        "bigquery": {"project_id": "p", "dataset_id": "d", "table_name": "t"},
     }[name]
 
 

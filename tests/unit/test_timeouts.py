@@ -77,36 +77,34 @@ def test_both_none_disables_tracking() -> None:
     assert tracker.check_interval_ms is None
 
 
-def test_timeout_without_callback_raises() -> None:
-    expected = (
-        "stream_timeout_ms and on_stream_timeout must both be provided to enable "
-        "stream-timeout tracking; got stream_timeout_ms=1000, on_stream_timeout=None"
-    )
-    with pytest.raises(ValueError, match=re.escape(expected)):
-        StreamTimeoutTracker(1000, None)
-
-
-def test_callback_without_timeout_raises() -> None:
-    expected = (
-        "stream_timeout_ms and on_stream_timeout must both be provided to enable "
-        "stream-timeout tracking; got stream_timeout_ms=None, on_stream_timeout="
-    )
-    with pytest.raises(ValueError, match=re.escape(expected)):
-        StreamTimeoutTracker(None, Recorder())
-
-
-@pytest.mark.parametrize("bad_timeout", [0, -1, -1000, True, False, 1.5, 1000.0, "1000"])
-def test_non_positive_int_timeout_raises(bad_timeout: Any) -> None:
-    with pytest.raises(
-        ValueError, match=re.escape("stream_timeout_ms must be a positive int (milliseconds)")
-    ):
-        StreamTimeoutTracker(bad_timeout, Recorder())
-
-
-@pytest.mark.parametrize("bad_callback", [42, "callback", b"x", object()])
-def test_non_callable_callback_raises(bad_callback: Any) -> None:
-    with pytest.raises(ValueError, match=re.escape("on_stream_timeout must be callable")):
-        StreamTimeoutTracker(1000, bad_callback)
+@pytest.mark.parametrize(
+    ("timeout", "callback"),
+    [
+        (1000, None),  # no callback
+        (None, Recorder()),  # no timeout
+        (0, Recorder()),
+        (-1, Recorder()),
+        (-1000, Recorder()),
+        (True, Recorder()),
+        (1.5, Recorder()),
+        (1000.0, Recorder()),
+        ("1000", Recorder()),
+        (1000, 42),  # not callable
+        (1000, "module:function"),
+        (1000, object()),
+    ],
+)
+def test_any_other_combination_disables_with_zero_overhead(timeout: Any, callback: Any) -> None:
+    """The seed: enabled only by a positive int timeout *and* a callable; anything else
+    disables the feature (no error, no per-key dict, no thread)."""
+    before = len(tracker_threads())
+    tracker = StreamTimeoutTracker(timeout, callback)
+    assert tracker.enabled is False
+    assert tracker.stream_timeout_ms is None
+    tracker.touch("a", now_ms=0)
+    assert tracker.check_now(now_ms=10**9) == []
+    assert tracker._last_seen is None
+    assert len(tracker_threads()) == before
 
 
 @pytest.mark.parametrize("bad_cycles", [0, -1, True, 1.0])
@@ -226,49 +224,39 @@ def test_ttl_sweep_drops_without_firing_and_warns(caplog: pytest.LogCaptureFixtu
     assert not [r for r in caplog.records if r.levelno == logging.INFO]
 
 
-def test_callback_exception_logged_and_retried_next_cycle(
+def test_raising_callback_is_evicted_first_and_counts_as_fired(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The seed: "The eviction happens before the callback, so a callback that raises still
+    counts as fired: the same key will not fire again for the current silence period."""
     calls: list[Any] = []
+    tracked_during_callback: list[list[Any]] = []
+    tracker: StreamTimeoutTracker
 
-    def flaky(key: Any) -> None:
+    def fails(key: Any) -> None:
         calls.append(key)
-        if len(calls) == 1:
-            raise RuntimeError("boom")
+        tracked_during_callback.append(tracker.tracked_keys())
+        raise RuntimeError("boom")
 
-    tracker = manual_tracker(1000, flaky)
+    tracker = manual_tracker(1000, fails)
     tracker.touch("k", now_ms=0)
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        assert tracker.check_now(now_ms=1000) == []
+        assert tracker.check_now(now_ms=1000) == ["k"]
+        assert tracker.check_now(now_ms=1100) == []
+        assert tracker.check_now(now_ms=5000) == []
+    assert calls == ["k"]
+    assert tracked_during_callback == [[]]  # evicted before the callback ran
+    assert tracker.tracked_keys() == []
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1
     assert errors[0].exc_info is not None
     assert isinstance(errors[0].exc_info[1], RuntimeError)
-    assert tracker.tracked_keys() == ["k"]
+    assert any("timed out" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
 
-    assert tracker.check_now(now_ms=1100) == ["k"]
+    # a fresh silence period after the key publishes again fires again
+    tracker.touch("k", now_ms=6000)
+    assert tracker.check_now(now_ms=7000) == ["k"]
     assert calls == ["k", "k"]
-    assert tracker.tracked_keys() == []
-
-
-def test_failing_callback_key_dropped_by_ttl_sweep(caplog: pytest.LogCaptureFixture) -> None:
-    calls: list[Any] = []
-
-    def always_fails(key: Any) -> None:
-        calls.append(key)
-        raise RuntimeError("boom")
-
-    tracker = manual_tracker(1000, always_fails)
-    tracker.touch("k", now_ms=0)
-    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        tracker.check_now(now_ms=1000)
-        tracker.check_now(now_ms=2000)
-        tracker.check_now(now_ms=2999)
-        tracker.check_now(now_ms=3000)
-        tracker.check_now(now_ms=4000)
-    assert calls == ["k", "k", "k"]
-    assert tracker.tracked_keys() == []
-    assert [r.levelno for r in caplog.records].count(logging.WARNING) == 1
 
 
 def test_failing_callback_does_not_block_other_keys() -> None:
@@ -282,9 +270,9 @@ def test_failing_callback_does_not_block_other_keys() -> None:
     tracker = manual_tracker(1000, fails_for_a)
     tracker.touch("a", now_ms=0)
     tracker.touch("b", now_ms=0)
-    assert tracker.check_now(now_ms=1000) == ["b"]
+    assert tracker.check_now(now_ms=1000) == ["a", "b"]
     assert fired == ["b"]
-    assert tracker.tracked_keys() == ["a"]
+    assert tracker.tracked_keys() == []
 
 
 @pytest.mark.parametrize("key", [b"sensor-a", 42, "sensor-a", ("tenant", 7)])

@@ -221,15 +221,6 @@ class RedisSink(Sink[RedisOptions, str]):
 
     # ------------------------------------------------------------------ driver: planning
 
-    def _need_column(self, schema: pa.Schema, name: str, option: str) -> None:
-        if name not in schema.names:
-            raise OptionError(
-                f"redis: {option!r} names {name!r}, which the DataFrame does not have; its "
-                f"columns are: {', '.join(schema.names)}",
-                option=option,
-                value=name,
-            )
-
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
         records = self.records
@@ -240,7 +231,7 @@ class RedisSink(Sink[RedisOptions, str]):
             if not json_values:
                 for _, name in template_fields(opts.key_template):
                     if name is not None:
-                        self._need_column(schema, name, "key_template")
+                        self.column_type(schema, name, "key_template")
         elif records.key is None:
             raise OptionError(
                 "redis: no key; set 'key_column' (the DataFrame has no `key` column) or "
@@ -250,7 +241,7 @@ class RedisSink(Sink[RedisOptions, str]):
         for option_name in ("score_column", "ttl_column"):
             name = getattr(opts, option_name)
             if name is not None:
-                self._need_column(schema, name, option_name)
+                self.column_type(schema, name, option_name)
                 t = schema.field(name).type
                 ok = pa.types.is_integer(t) or (
                     option_name == "score_column"
@@ -264,7 +255,7 @@ class RedisSink(Sink[RedisOptions, str]):
                         value=name,
                     )
         if opts.value_column is not None:
-            self._need_column(schema, opts.value_column, "value_column")
+            self.column_type(schema, opts.value_column, "value_column")
         taken = {opts.score_column, opts.ttl_column}
         self.value_names = tuple(n for n in records.values if n not in taken)
         if not json_values and not self.value_names and opts.value_column is None:

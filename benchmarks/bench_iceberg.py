@@ -1,0 +1,305 @@
+"""Iceberg benchmark: the iceberg sink vs a Quix-like IcebergSink, pyiceberg's append and Spark.
+
+One local session takes the same cached DataFrame (``--rows`` rows, the foundation
+benchmark's six mixed columns) and writes it into a fresh, unpartitioned Iceberg table of
+an embedded SQLite ``SqlCatalog`` with a local warehouse (one per run):
+
+* ``noop-arrow``: the quixsinks Arrow writer path with a do-nothing sink (the floor);
+* ``iceberg``: the ``iceberg`` sink (``df.write.format("iceberg")``): executors write
+  Parquet data files in parallel, the driver commits one snapshot; table creation included;
+* ``quix-like``: what Quix Streams' ``IcebergSink`` does, in the driver: the rows are
+  collected to the driver (``toArrow``, timed: Quix receives every record in its one
+  process), each batch of ``QUIX_BATCH`` rows is turned into Python records and back into
+  an Arrow table (``pa.Table.from_pylist``, as Quix builds its table from record dicts)
+  and appended with ``table.append`` (one snapshot per batch);
+* ``pyiceberg-append``: pyiceberg's own ``table.append`` of the whole Arrow table, already
+  in the driver (the collect is *not* timed): the library's limit from one process;
+* ``spark-parquet``: Spark's JVM Parquet writer (``df.write.parquet``), the floor for files.
+
+Targets (issue): ``iceberg`` >= 1.5x ``pyiceberg-append``; ``iceberg`` >= 0.7x
+``spark-parquet``.
+
+Run: ``.venv/bin/python benchmarks/bench_iceberg.py [--rows N]``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from common import (
+    FLOOR,
+    Case,
+    RelativeTarget,
+    argument_parser,
+    bench_session,
+    count_output_rows,
+    floor_case,
+    judge_targets,
+    machine_info,
+    mixed_dataframe,
+    register_floor,
+    run_cases,
+    selected_cases,
+    targets_markdown,
+    write_results,
+)
+
+import quixsinks
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+NAME = "iceberg"
+TABLE = "bench.events"
+QUIX_BATCH = 100_000
+CASE_NAMES = ("iceberg", "quix-like", "pyiceberg-append", "spark-parquet")
+TARGETS: tuple[RelativeTarget, ...] = (
+    ("iceberg", "pyiceberg-append", 1.5),
+    ("iceberg", "spark-parquet", 0.7),
+)
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def catalog(path: str) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return load_catalog(
+        "quixsinks",  # the sink's default catalog_name: a SqlCatalog's tables are per name
+        type="sql",
+        uri=f"sqlite:///{path}/catalog.db",
+        warehouse=f"file://{path}",
+    )
+
+
+def iceberg_rows(path: str) -> int:
+    table = catalog(path).load_table(TABLE)
+    return int(table.scan().to_arrow().num_rows)
+
+
+def create_table(schema: Any) -> Any:
+    def setup(path: str) -> None:
+        cat = catalog(path)
+        cat.create_namespace_if_not_exists("bench")
+        cat.create_table(TABLE, schema=schema)
+
+    return setup
+
+
+def sink_case() -> Case:
+    def write(df: DataFrame, path: str) -> None:
+        (
+            df.write.format("iceberg")
+            .mode("append")
+            .option("warehouse", path)
+            .option("table_name", TABLE)
+            .save()
+        )
+
+    return Case(
+        "iceberg",
+        write,
+        "iceberg sink: Parquet data files written by the executors, one driver commit",
+        count_rows=iceberg_rows,
+    )
+
+
+def quix_case(schema: Any) -> Case:
+    import pyarrow as pa
+
+    def write(df: DataFrame, path: str) -> None:
+        arrow = df.toArrow()  # Quix receives every record in its one process
+        table = catalog(path).load_table(TABLE)
+        for start in range(0, arrow.num_rows, QUIX_BATCH):
+            rows = arrow.slice(start, QUIX_BATCH).to_pylist()
+            table.append(pa.Table.from_pylist(rows, schema=schema))
+
+    return Case(
+        "quix-like",
+        write,
+        f"Quix-like IcebergSink: collect to the driver, Arrow from Python records, "
+        f"table.append per {QUIX_BATCH:,} rows",
+        count_rows=iceberg_rows,
+        setup=create_table(schema),
+    )
+
+
+def append_case(arrow: Any) -> Case:
+    def write(df: DataFrame, path: str) -> None:
+        catalog(path).load_table(TABLE).append(arrow)
+
+    return Case(
+        "pyiceberg-append",
+        write,
+        "pyiceberg table.append of the whole Arrow table, already in the driver",
+        count_rows=iceberg_rows,
+        setup=create_table(arrow.schema),
+    )
+
+
+def parquet_case() -> Case:
+    def write(df: DataFrame, path: str) -> None:
+        df.write.parquet(path)
+
+    return Case(
+        "spark-parquet",
+        write,
+        "Spark's JVM Parquet writer (df.write.parquet)",
+        count_rows=count_output_rows,
+    )
+
+
+def commit_curve(batches: int, keep: int | None, workdir: Path) -> list[float]:
+    """Seconds of each of ``batches`` one-file micro-batch commits through the sink's
+    driver commit (ledger walk + append), with ``keep_snapshots=keep``; no Spark."""
+    import time
+
+    import pyarrow as pa
+
+    from quixsinks.core.batch import SinkBatch, WriteContext
+    from quixsinks.core.sink import CommitContext, Receipt
+    from quixsinks.sinks.iceberg import IcebergOptions, IcebergSink
+
+    options = {"warehouse": str(workdir / f"curve-{keep}"), "table_name": TABLE}
+    if keep is not None:
+        options["keep_snapshots"] = str(keep)
+    sink = IcebergSink(IcebergOptions.from_options(options))
+    rows = pa.table({"id": pa.array(range(10), pa.int64())})
+    sink.prepare(rows.schema)
+    assert sink.records is not None
+    seconds = []
+    for batch in range(batches):
+        context = WriteContext("curve", batch, 0, "a", True, "q")
+        staged = sink.write(SinkBatch(rows, sink.records, context))
+        receipt: Receipt[Any] = Receipt("curve", batch, 0, "a", query_id="q", staged=[staged])
+        started = time.perf_counter()
+        sink.commit(CommitContext("curve", batch, True, "q"), [receipt])
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def curve_summary(seconds: list[float]) -> dict[str, float]:
+    tenth = max(1, len(seconds) // 10)
+    return {
+        "batches": len(seconds),
+        "first_tenth_ms": 1000 * sum(seconds[:tenth]) / tenth,
+        "last_tenth_ms": 1000 * sum(seconds[-tenth:]) / tenth,
+    }
+
+
+NOTES = """
+Targets (issue), on the best times' rows/s:
+{targets}
+Every case writes the same rows into a fresh unpartitioned table of an embedded SQLite
+`SqlCatalog` with a local warehouse (pyiceberg {pyiceberg}, zstd Parquet), or Spark's Parquet
+files. `quix-like` re-implements Quix Streams' `IcebergSink` (which talks to AWS Glue only)
+on the same catalog: the collect to the driver, Arrow built from Python records and one
+`table.append` per {quix_batch:,} rows are timed. `pyiceberg-append` is timed from an Arrow
+table already in the driver.
+
+Commit time per micro-batch (the driver's ledger walk and append of one small data file,
+no Spark), mean of the first and the last tenth of {curve_batches} consecutive batches:
+without expiry {plain_first:.0f} ms -> {plain_last:.0f} ms; with `keep_snapshots=20`
+{kept_first:.0f} ms -> {kept_last:.0f} ms.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser(__doc__.splitlines()[0], rows=2_000_000)
+    parser.add_argument(
+        "--commit-batches",
+        type=int,
+        default=1000,
+        help="micro-batches of the commit-time curve (default 1,000; --quick: 100)",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.commit_batches = min(args.commit_batches, 100)
+    partitions = args.partitions or args.cores
+    wanted = selected_cases(args.cases, CASE_NAMES)
+    workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-iceberg-", dir=args.tmp))
+    spark = bench_session("quixsinks-bench-iceberg", args.cores, verbose=args.verbose)
+    try:
+        quixsinks.register(spark)
+        register_floor(spark)
+        log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
+        df = mixed_dataframe(spark, args.rows, partitions)
+        arrow = df.toArrow()
+        cases = [
+            floor_case(),
+            sink_case(),
+            quix_case(arrow.schema),
+            append_case(arrow),
+            parquet_case(),
+        ]
+        cases = [c for c in cases if c.name in wanted or c.name == FLOOR]
+        results = run_cases(
+            df,
+            cases,
+            floor=FLOOR,
+            rows=args.rows,
+            repeat=args.repeat,
+            workdir=workdir,
+            log=log,
+        )
+        import pyiceberg
+
+        info = machine_info(
+            spark,
+            rows=args.rows,
+            repeat=args.repeat,
+            partitions=partitions,
+            pyiceberg=pyiceberg.__version__,
+        )
+        log(f"commit-time curve: {args.commit_batches} micro-batches, without and with expiry")
+        curves = {
+            "plain": commit_curve(args.commit_batches, None, workdir),
+            "keep_20": commit_curve(args.commit_batches, 20, workdir),
+        }
+    finally:
+        spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    plain, kept = curve_summary(curves["plain"]), curve_summary(curves["keep_20"])
+    judged, verdict = judge_targets(results, TARGETS)
+    notes = NOTES.format(
+        targets=targets_markdown(judged),
+        pyiceberg=info["pyiceberg"],
+        quix_batch=QUIX_BATCH,
+        curve_batches=args.commit_batches,
+        plain_first=plain["first_tenth_ms"],
+        plain_last=plain["last_tenth_ms"],
+        kept_first=kept["first_tenth_ms"],
+        kept_last=kept["last_tenth_ms"],
+    )
+    markdown = write_results(
+        args.out,
+        NAME,
+        title="quixsinks Iceberg benchmark: the iceberg sink vs Quix-like, pyiceberg and Spark",
+        info=info,
+        results=results,
+        floor=FLOOR,
+        notes=notes,
+        extra={
+            "targets": judged,
+            "all_targets_passed": verdict,
+            "commit_curve": {"plain": plain, "keep_20": kept, "seconds": curves},
+        },
+    )
+    print()
+    print(markdown)
+    failed = [f"{t['case']} vs {t['against']}" for t in judged if t["passed"] is False]
+    if failed:
+        print(f"below target: {', '.join(failed)}", file=sys.stderr)
+        return 1 if args.strict else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

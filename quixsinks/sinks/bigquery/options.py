@@ -1,0 +1,121 @@
+"""Options of the ``bigquery`` sink (Quix BigQuerySink's names, snake_case or camelCase)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from quixsinks.core.errors import OptionError
+from quixsinks.core.options import option
+from quixsinks.core.sink import LedgerOptions
+
+__all__ = ["MAX_APPEND_BYTES", "BigQueryOptions"]
+
+#: BigQuery's limit for one AppendRows request (10 MB); the sink stays below it
+MAX_APPEND_BYTES = 10 * 1000 * 1000
+
+_PROJECT = re.compile(r"^[a-z][a-z0-9.:-]{0,127}$", re.IGNORECASE)
+_DATASET = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
+_TABLE = re.compile(r"^[\w\- ]{1,1024}$", re.UNICODE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BigQueryOptions(LedgerOptions):
+    sink_name: ClassVar[str] = "bigquery"
+
+    project_id: str = option(
+        env="GOOGLE_CLOUD_PROJECT",
+        doc="Google Cloud project of the dataset (default: the GOOGLE_CLOUD_PROJECT variable)",
+    )
+    location: str | None = option(
+        None, doc="Location of a dataset the sink creates, and of its jobs (e.g. EU, us-east1)"
+    )
+    dataset_id: str = option(doc="Dataset of the table (created when missing)")
+    table_name: str = option(doc="Target table (created when missing)")
+    service_account_json: str | None = option(
+        None,
+        secret=True,
+        doc="A service account key: its JSON text, or the path of its file; default: "
+        "application-default credentials",
+    )
+    schema_auto_update: bool = option(
+        True, doc="Create the dataset and table when missing; add NULLABLE columns for new fields"
+    )
+    ddl_timeout: float = option(
+        10.0, minimum=0.1, doc="Seconds for one dataset/table request (create, get, patch)"
+    )
+    insert_timeout: float = option(
+        10.0, minimum=0.1, doc="Seconds for one append request or query job step"
+    )
+    retry_timeout: float = option(
+        30.0,
+        minimum=0,
+        doc="Seconds the client libraries may retry one call (their defaults run to 600 s)",
+    )
+    api_endpoint: str | None = option(
+        None,
+        doc="REST endpoint, e.g. http://127.0.0.1:9050 for an emulator (default: Google's); "
+        "an http:// endpoint also makes the gRPC channel plain text and, without "
+        "service_account_json, the credentials anonymous",
+    )
+    grpc_endpoint: str | None = option(
+        None, doc="host:port of the Storage Write API (default: Google's)"
+    )
+    include_metadata: bool = option(
+        True,
+        doc="Add Quix's columns `timestamp` (TIMESTAMP, the record time) and `__key` (the "
+        "record key) when the record has a time or a key",
+    )
+    json_columns: tuple[str, ...] = option(
+        (),
+        doc="Comma-separated value columns written as BigQuery JSON (structs, maps and "
+        "arrays as their JSON text; a Kafka JSON value's fields by name)",
+    )
+    write_mode: Literal["exactly-once", "direct"] = option(
+        "exactly-once",
+        doc="exactly-once: PENDING streams into a staging table, one driver transaction "
+        "with a ledger row; direct: PENDING streams straight into the table, committed by "
+        "the driver (at-least-once across driver restarts)",
+    )
+    max_request_bytes: int = option(
+        9 * 1000 * 1000,
+        minimum=1024,
+        doc="Largest AppendRows request the sink sends (BigQuery's limit: 10 MB)",
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        checks = (
+            ("project_id", self.project_id, _PROJECT),
+            ("dataset_id", self.dataset_id, _DATASET),
+            ("table_name", self.table_name, _TABLE),
+        )
+        for name, value, pattern in checks:
+            if not pattern.match(value):
+                raise OptionError(
+                    f"bigquery: option {name!r} has value {value!r}, which BigQuery does not "
+                    "accept as a name (datasets: letters, digits and _; tables: also - and "
+                    "spaces)",
+                    option=name,
+                    value=value,
+                )
+        if self.max_request_bytes > MAX_APPEND_BYTES:
+            raise OptionError(
+                f"option 'max_request_bytes' is above BigQuery's limit of {MAX_APPEND_BYTES}",
+                option="max_request_bytes",
+                value=str(self.max_request_bytes),
+            )
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.write_mode == "exactly-once"
+
+    @property
+    def emulator(self) -> bool:
+        """An http:// REST endpoint: a local emulator (plain-text gRPC)."""
+        return bool(self.api_endpoint and self.api_endpoint.startswith("http://"))
+
+    @property
+    def table_path(self) -> str:
+        return f"{self.project_id}.{self.dataset_id}.{self.table_name}"

@@ -1,0 +1,171 @@
+"""Options of the ``iceberg`` sink (Quix IcebergSink's names accepted as aliases).
+
+Catalog properties that have no option of their own are passed through to pyiceberg's
+``load_catalog`` as ``catalog.<key>`` options (e.g. ``catalog.s3.endpoint``); values of
+keys that look like credentials are never shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+from quixsinks.core.errors import OptionError
+from quixsinks.core.options import REDACTED, option
+from quixsinks.core.sink import LedgerOptions
+
+__all__ = ["CATALOG_PREFIX", "CATALOG_TYPES", "IcebergOptions", "is_secret_property"]
+
+#: option prefix of catalog properties passed through to pyiceberg
+CATALOG_PREFIX = "catalog."
+#: catalog types pyiceberg's ``load_catalog`` knows (``aws_glue`` is Quix's name for glue)
+CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "in-memory", "bigquery")
+_CATALOG_TYPE_ALIASES = {"aws_glue": "glue", "memory": "in-memory", "sqlite": "sql"}
+
+_SECRET_WORDS = re.compile(r"(secret|token|credential|password|key-id|access-key|sas|signer)")
+
+T = TypeVar("T", bound="IcebergOptions")
+
+
+def is_secret_property(key: str) -> bool:
+    """Whether a catalog property holds a credential (its value is never shown)."""
+    return bool(_SECRET_WORDS.search(key.lower()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class IcebergOptions(LedgerOptions):
+    sink_name: ClassVar[str] = "iceberg"
+
+    table_name: str = option(
+        doc="The table as namespace.table (nested namespaces: a.b.table)",
+    )
+    catalog_type: str = option(
+        "sql",
+        aliases=("data_catalog_spec",),
+        doc="sql (embedded SQLite by default), rest, glue (Quix's aws_glue), or any other "
+        "type pyiceberg's load_catalog takes (hive, dynamodb, in-memory)",
+    )
+    catalog_name: str = option(
+        "quixsinks",
+        doc="The catalog's name in pyiceberg (a SQL catalog keeps its tables per name: read "
+        "them back under the same one)",
+    )
+    catalog_uri: str | None = option(
+        None,
+        secret=True,
+        doc="The catalog's URI: a SQLAlchemy URL for sql (default: a SQLite file "
+        "catalog.db in the warehouse directory), the server's URL for rest",
+    )
+    warehouse: str | None = option(
+        None,
+        aliases=("aws_s3_uri",),
+        doc="Where new tables' files go: a local directory or s3:// URI (Quix's aws_s3_uri)",
+    )
+    aws_region: str | None = option(
+        None, env="AWS_REGION", doc="glue and s3: the AWS region (default: AWS_REGION)"
+    )
+    aws_access_key_id: str | None = option(
+        None, secret=True, env="AWS_ACCESS_KEY_ID", doc="glue and s3: access key id"
+    )
+    aws_secret_access_key: str | None = option(
+        None, secret=True, env="AWS_SECRET_ACCESS_KEY", doc="glue and s3: secret access key"
+    )
+    aws_session_token: str | None = option(
+        None, secret=True, env="AWS_SESSION_TOKEN", doc="glue and s3: session token"
+    )
+    aws_endpoint_url: str | None = option(
+        None, doc="glue and s3: a non-AWS endpoint (e.g. a local S3-compatible server)"
+    )
+    create_namespace: bool = option(
+        True, doc="Create the table's namespace when it is missing (false: fail instead)"
+    )
+    partition_by: str | None = option(
+        None,
+        doc="Partitioning of a new table: comma-separated transforms such as "
+        "day(ts), bucket(16, id), truncate(4, name), identity(city) or a plain column; "
+        "default: identity(_key), day(_timestamp) when both columns exist, else none",
+    )
+    schema_mode: Literal["evolve", "freeze"] = option(
+        "evolve",
+        doc="evolve: add new columns and widen types safely (union by name); freeze: a "
+        "DataFrame that does not fit the table's schema fails before any data moves",
+    )
+    commit_max_attempts: int = option(
+        10,
+        minimum=1,
+        doc="Catalog commits tried per micro-batch on a conflict or an unknown outcome (each "
+        "one refreshes the table and checks whether the batch landed first)",
+    )
+    keep_snapshots: int | None = option(
+        None,
+        minimum=1,
+        doc="Expire snapshots beyond this many of the newest once there are twice as many "
+        "(keeps commit time flat); default: keep all",
+    )
+    catalog_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_options(cls: type[T], options: Mapping[str, str]) -> T:
+        passthrough: dict[str, str] = {}
+        rest: dict[str, str] = {}
+        for key, value in options.items():
+            if key.lower().startswith(CATALOG_PREFIX) and len(key) > len(CATALOG_PREFIX):
+                passthrough[key[len(CATALOG_PREFIX) :]] = value
+            else:
+                rest[key] = value
+        parsed = super().from_options(rest)
+        normal = _CATALOG_TYPE_ALIASES.get(parsed.catalog_type.lower(), parsed.catalog_type.lower())
+        return dataclasses.replace(
+            parsed, catalog_type=normal, catalog_properties=tuple(sorted(passthrough.items()))
+        )
+
+    def validate(self) -> None:
+        super().validate()
+        parts = self.table_name.split(".")
+        if len(parts) < 2 or not all(p.strip() for p in parts):
+            raise OptionError(
+                f"iceberg: 'table_name' {self.table_name!r} must be namespace.table "
+                "(e.g. analytics.events)",
+                option="table_name",
+                value=self.table_name,
+            )
+        kind = _CATALOG_TYPE_ALIASES.get(self.catalog_type.lower(), self.catalog_type.lower())
+        if kind not in CATALOG_TYPES:
+            raise OptionError(
+                f"iceberg: unknown catalog_type {self.catalog_type!r}; allowed: "
+                f"{', '.join(CATALOG_TYPES)} (aws_glue means glue)",
+                option="catalog_type",
+                value=self.catalog_type,
+                allowed=CATALOG_TYPES,
+            )
+        if kind == "sql" and self.warehouse is None and self.catalog_uri is None:
+            raise OptionError(
+                "iceberg: the embedded sql catalog needs 'warehouse' (a local directory, "
+                "e.g. /data/warehouse, or an s3:// URI); its SQLite catalog file goes there",
+                option="warehouse",
+            )
+        if kind == "rest" and self.catalog_uri is None:
+            raise OptionError(
+                "iceberg: catalog_type=rest needs 'catalog_uri' (the REST catalog's URL)",
+                option="catalog_uri",
+            )
+
+    def shown_catalog_properties(self) -> dict[str, str]:
+        """The pass-through catalog properties with credentials replaced by ``***``."""
+        return {k: REDACTED if is_secret_property(k) else v for k, v in self.catalog_properties}
+
+    def redacted(self) -> dict[str, Any]:
+        out = super().redacted()
+        out["catalog_properties"] = self.shown_catalog_properties()
+        return out
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self.redacted().items() if v not in (None, (), {})}
+        return "IcebergOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        return tuple(self.table_name.split(".")[:-1])

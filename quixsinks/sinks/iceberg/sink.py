@@ -1,0 +1,584 @@
+"""The Iceberg sink: executors write Parquet data files, the driver commits one snapshot.
+
+Planning (driver): the table is loaded, or created from the DataFrame's schema (with
+``partition_by`` or Quix's default layout), or its schema evolved (``schema_mode``). The
+table's metadata without its history travels to the executors (once per process and
+DataFrame schema: Spark plans a micro-batch several times).
+
+Executor: each SinkBatch is written by pyiceberg's writer as Parquet data files with
+field ids, split by partition, under the table's data location, with names unique to
+the task attempt. The task returns the files' ``DataFile`` entries (small, picklable).
+
+Driver: ``commit`` loads the table, walks the main branch's ancestry for this batch's
+ledger entry (:mod:`.ledger`: the snapshot summary; fenced by query id), and commits one
+append (or, in overwrite / complete mode, delete-all plus append) whose summary records
+the batch. pyiceberg's own retry loop is bypassed (it would re-commit without checking
+our marker): on a conflict or an unknown outcome the table is reloaded, the ledger read
+again and the commit retried. ``abort`` re-reads the ledger before deleting files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from quixsinks.core.errors import (
+    CommitError,
+    DestinationError,
+    DestinationNotFoundError,
+    OptionError,
+    QuixSinksError,
+    RecordError,
+)
+from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
+
+from .catalog import catalog_properties, forget_catalog, import_pyiceberg, load_catalog, load_io
+from .catalog import scrub as _scrub
+from .ledger import SnapshotLedgerStore, summary_properties
+from .options import IcebergOptions
+from .partitioning import QUIX_LAYOUT, PartitionField, parse_partition_by, to_transform
+
+__all__ = ["IcebergSink", "TablePlan"]
+
+logger = logging.getLogger("quixsinks.sinks.iceberg")
+
+#: table properties of the tables this sink creates
+NEW_TABLE_PROPERTIES = {
+    "commit.manifest-merge.enabled": "true",
+    "write.parquet.compression-codec": "zstd",
+}
+
+#: (table location) -> monotonic time of this process's last orphan sweep
+_SWEPT: dict[str, float] = {}
+#: a process sweeps one table at most this often
+SWEEP_INTERVAL_SECONDS = 3600.0
+
+_PLANS_LOCK = threading.Lock()
+_PLANS: dict[tuple[Any, ...], TablePlan] = {}
+_METADATA: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What executors need to write data files: the table's metadata without its history
+    (schema, partition spec, properties, location) and its FileIO properties."""
+
+    metadata_json: str
+    io_properties: tuple[tuple[str, str], ...] = field(repr=False)
+    location: str
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    """Every top-level column optional: streaming input may hold nulls later."""
+    return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def _check_types(schema: pa.Schema) -> None:
+    """Types Iceberg cannot hold fail before any data moves, naming the column."""
+
+    def check(name: str, t: pa.DataType) -> None:
+        if pa.types.is_unsigned_integer(t):
+            raise OptionError(
+                f"iceberg: column {name!r} has type {t}; Iceberg has no unsigned integers: "
+                "cast it to a wider signed type (e.g. bigint) first",
+                option="columns",
+                value=name,
+            )
+        if pa.types.is_null(t):
+            raise OptionError(
+                f"iceberg: column {name!r} has no type (NullType, e.g. lit(None)); cast it to "
+                "the type the column should have",
+                option="columns",
+                value=name,
+            )
+        if pa.types.is_map(t):
+            if pa.types.is_nested(t.key_type):
+                raise OptionError(
+                    f"iceberg: column {name!r} is a map with {t.key_type} keys; this sink "
+                    "writes maps with primitive keys only",
+                    option="columns",
+                    value=name,
+                )
+            check(f"{name}.value", t.item_type)
+        elif pa.types.is_struct(t):
+            for child in t:
+                check(f"{name}.{child.name}", child.type)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            check(f"{name}.element", t.value_type)
+
+    for f in schema:
+        check(f.name, f.type)
+
+
+class IcebergSink(Sink[IcebergOptions, list[Any]]):
+    """Appends micro-batches to an Iceberg table, one snapshot each; exactly-once.
+    See docs/sinks/iceberg.md."""
+
+    name: ClassVar[str] = "iceberg"
+    options_class = IcebergOptions
+    guarantee = "exactly-once"
+    extra = "iceberg"
+    supports_overwrite = True
+
+    def __init__(self, options: IcebergOptions, *, overwrite: bool = False) -> None:
+        super().__init__(options, overwrite=overwrite)
+        self.plan: TablePlan | None = None
+        self.partition_fields: tuple[PartitionField, ...] = ()
+
+    @classmethod
+    def check_dependencies(cls) -> None:
+        import_pyiceberg()
+
+    def __repr__(self) -> str:
+        opts = self.options
+        return (
+            f"IcebergSink(table_name={opts.table_name!r}, catalog_type={opts.catalog_type!r}, "
+            f"warehouse={opts.warehouse!r})"
+        )
+
+    # ------------------------------------------------------------------ driver: planning
+
+    def _where(self) -> str:
+        return f"iceberg table {self.options.table_name} ({self.options.catalog_type} catalog)"
+
+    def _catalog_error(self, exc: BaseException, what: str) -> DestinationError:
+        text = _scrub(f"{type(exc).__name__}: {exc}", self.options)
+        return DestinationError(
+            f"iceberg: {what} failed for {self._where()}: {text}", location=self._where()
+        )
+
+    def _catalog(self) -> Any:
+        try:
+            return load_catalog(self.options)
+        except QuixSinksError:
+            raise
+        except Exception as exc:
+            raise self._catalog_error(exc, "opening the catalog") from None
+
+    def prepare(self, schema: pa.Schema) -> None:
+        super().prepare(schema)
+        opts = self.options
+        _check_types(schema)
+        if opts.partition_by is not None:
+            self.partition_fields = parse_partition_by(opts.partition_by)
+        elif all(f.source in schema.names for f in QUIX_LAYOUT):
+            self.partition_fields = QUIX_LAYOUT
+        for pf in self.partition_fields:
+            if pf.source not in schema.names:
+                raise OptionError(
+                    f"iceberg: 'partition_by' names column {pf.source!r}, which the DataFrame "
+                    f"does not have; its columns are: {', '.join(schema.names)}",
+                    option="partition_by",
+                    value=opts.partition_by,
+                )
+        key = (opts, schema, self.overwrite)
+        with _PLANS_LOCK:
+            plan = _PLANS.get(key)
+        if plan is None:
+            plan = self._ensure_table(schema)
+            with _PLANS_LOCK:
+                _PLANS[key] = plan
+        self.plan = plan
+
+    def _ensure_table(self, schema: pa.Schema) -> TablePlan:
+        """Load, create or evolve the table (driver I/O, once per process and schema)."""
+        from pyiceberg.exceptions import (
+            NoSuchNamespaceError,
+            NoSuchTableError,
+            TableAlreadyExistsError,
+        )
+
+        catalog = self._catalog()
+        opts = self.options
+        table = None
+        for _ in range(5):
+            try:
+                table = catalog.load_table(opts.table_name)
+            except (NoSuchTableError, NoSuchNamespaceError):
+                try:
+                    table = self._create(catalog, schema)
+                except TableAlreadyExistsError:
+                    continue
+            except QuixSinksError:
+                raise
+            except Exception as exc:
+                raise self._catalog_error(exc, "loading the table") from None
+            if self._reconcile(table, schema):
+                break
+        assert table is not None
+        return self._plan_of(table)
+
+    def _plan_of(self, table: Any) -> TablePlan:
+        meta = table.metadata.model_copy(
+            update={
+                "snapshots": [],
+                "snapshot_log": [],
+                "metadata_log": [],
+                "refs": {},
+                "current_snapshot_id": None,
+                "statistics": [],
+                "partition_statistics": [],
+            }
+        )
+        io_props = {**catalog_properties(self.options), **dict(table.io.properties)}
+        return TablePlan(meta.model_dump_json(), tuple(sorted(io_props.items())), table.location())
+
+    def _create(self, catalog: Any, schema: pa.Schema) -> Any:
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
+
+        opts = self.options
+        namespace = opts.namespace
+        try:
+            exists = catalog.namespace_exists(namespace)
+        except Exception as exc:
+            raise self._catalog_error(exc, "looking up the namespace") from None
+        if not exists:
+            if not opts.create_namespace:
+                raise DestinationNotFoundError(
+                    f"iceberg: namespace {'.'.join(namespace)!r} does not exist; create it, or "
+                    "set create_namespace=true",
+                    location=self._where(),
+                )
+            with contextlib.suppress(NamespaceAlreadyExistsError):
+                catalog.create_namespace(namespace)
+        try:
+            tx = catalog.create_table_transaction(
+                opts.table_name, schema=_nullable(schema), properties=NEW_TABLE_PROPERTIES
+            )
+            if self.partition_fields:
+                with tx.update_spec() as spec:
+                    for pf in self.partition_fields:
+                        spec.add_field(pf.source, to_transform(pf), pf.name)
+            table = tx.commit_transaction()
+        except NoSuchNamespaceError as exc:
+            raise self._catalog_error(exc, "creating the table") from None
+        except (ValueError, TypeError) as exc:
+            raise OptionError(
+                f"iceberg: cannot create {opts.table_name} from the DataFrame's schema: {exc}",
+                option="table_name",
+                value=opts.table_name,
+            ) from None
+        logger.info(
+            "iceberg: created table %s partitioned by %s",
+            opts.table_name,
+            ", ".join(map(str, self.partition_fields)) or "nothing",
+        )
+        return table
+
+    def _reconcile(self, table: Any, schema: pa.Schema) -> bool:
+        """Check the DataFrame fits the table; evolve it (schema_mode=evolve). False when a
+        concurrent schema change won (reload and try again)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        opts = self.options
+        current = table.schema()
+        names = set(schema.names)
+        missing = [f.name for f in current.fields if f.required and f.name not in names]
+        if missing:
+            raise OptionError(
+                f"iceberg: table {opts.table_name} has required columns the DataFrame lacks: "
+                f"{', '.join(missing)}",
+                option="table_name",
+                value=opts.table_name,
+            )
+        update = table.update_schema()
+        try:
+            update.union_by_name(_nullable(schema))
+            evolved = update._apply()
+        except Exception as exc:
+            raise OptionError(
+                f"iceberg: the DataFrame's schema is incompatible with table "
+                f"{opts.table_name} ({exc}); only new columns and safe widening (int to "
+                "bigint, float to double, wider decimal) are allowed",
+                option="schema_mode",
+                value=opts.schema_mode,
+            ) from None
+        if evolved.as_struct() == current.as_struct():
+            return True
+        changes = sorted(set(map(str, evolved.fields)) - set(map(str, current.fields)))
+        if opts.schema_mode == "freeze":
+            raise OptionError(
+                f"iceberg: the DataFrame does not fit table {opts.table_name} and "
+                f"schema_mode=freeze: it would need {'; '.join(changes)}",
+                option="schema_mode",
+                value="freeze",
+            )
+        try:
+            update.commit()
+        except CommitFailedException:
+            return False
+        logger.info("iceberg: evolved the schema of %s: %s", opts.table_name, "; ".join(changes))
+        return True
+
+    # ------------------------------------------------------------------ executor
+
+    def _metadata(self) -> Any:
+        assert self.plan is not None, "prepare() runs on the driver before any task"
+        text = self.plan.metadata_json
+        meta = _METADATA.get(text)
+        if meta is None:
+            from pyiceberg.table.metadata import TableMetadataUtil
+
+            meta = TableMetadataUtil.parse_raw(text)
+            if len(_METADATA) > 16:
+                _METADATA.clear()
+            _METADATA[text] = meta
+        return meta
+
+    def _io(self) -> Any:
+        assert self.plan is not None
+        return load_io(self.plan.io_properties, self.plan.location)
+
+    def check_fence(self, task: Task) -> None:
+        context = task.context
+        table = self._load_table()
+        self.options.ledger(SnapshotLedgerStore(table)).check(context.sink_id, context.query_id)
+
+    def write(self, batch: Any) -> list[Any]:
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+        try:
+            files = list(
+                _dataframe_to_data_files(self._metadata(), batch.table, self._io(), uuid.uuid4())
+            )
+        except (ValueError, TypeError) as exc:
+            raise RecordError(
+                f"iceberg: batch {batch.batch_id} partition {batch.partition_id} cannot be "
+                f"written to {self.options.table_name}: {exc}"
+            ) from exc
+        batch.count("data_files", len(files))
+        return files
+
+    # ------------------------------------------------------------------ driver: commit
+
+    def _load_table(self) -> Any:
+        try:
+            return self._catalog().load_table(self.options.table_name)
+        except QuixSinksError:
+            raise
+        except Exception as exc:
+            forget_catalog(self.options)
+            raise self._catalog_error(exc, "loading the table") from None
+
+    def commit(self, context: CommitContext, receipts: list[Receipt[list[Any]]]) -> None:
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.table.update import AssertTableUUID
+
+        files = [
+            f for r in sorted(receipts, key=lambda r: r.partition_id) for s in r.staged for f in s
+        ]
+        opts = self.options
+        if not files and not self.overwrite:
+            return
+        attempts = opts.commit_max_attempts
+        last: BaseException | None = None
+        for attempt in range(attempts):
+            table = self._load_table()
+            store = SnapshotLedgerStore(table)
+            if opts.ledger(store).committed(context.sink_id, context.batch_id, context.query_id):
+                logger.info(
+                    "iceberg: batch %d of %s is in %s already (a replay, or a commit whose "
+                    "outcome was unknown): data files it does not name are deleted",
+                    context.batch_id,
+                    context.sink_id,
+                    opts.table_name,
+                )
+                self._delete_files(files, keep=_referenced(table))
+                return
+            takeover = store.takeover_of
+            props = summary_properties(
+                context.sink_id, context.batch_id, context.query_id, takeover
+            )
+            tx = table.transaction()
+            if self.overwrite:
+                tx.delete(AlwaysTrue(), snapshot_properties=props)
+            if files:
+                updater = tx.update_snapshot(snapshot_properties=props)
+                merge = table.metadata.properties.get("commit.manifest-merge.enabled") == "true"
+                with updater.merge_append() if merge else updater.fast_append() as append:
+                    for data_file in files:
+                        append.append_data_file(data_file)
+            requirements = (*tx._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
+            try:
+                table.catalog.commit_table(table, requirements, tx._updates)
+            except (CommitFailedException, CommitStateUnknownException) as exc:
+                last = exc
+                logger.warning(
+                    "iceberg: commit of batch %d to %s: %s (attempt %d of %d); reloading the "
+                    "table and checking whether the batch landed",
+                    context.batch_id,
+                    opts.table_name,
+                    type(exc).__name__,
+                    attempt + 1,
+                    attempts,
+                )
+                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+                continue
+            except QuixSinksError:
+                raise
+            except Exception as exc:  # an error of the catalog's transport: outcome unknown
+                last = exc
+                forget_catalog(opts)
+                logger.warning(
+                    "iceberg: commit of batch %d to %s failed with %s (attempt %d of %d)",
+                    context.batch_id,
+                    opts.table_name,
+                    _scrub(f"{type(exc).__name__}: {exc}", opts),
+                    attempt + 1,
+                    attempts,
+                )
+                time.sleep(min(2.0, 0.05 * 2**attempt))
+                continue
+            self._maintain()
+            self._sweep_orphans()
+            return
+        raise CommitError(
+            f"iceberg: batch {context.batch_id} was not committed to {opts.table_name} after "
+            f"{attempts} attempts (commit_max_attempts): "
+            f"{_scrub(f'{type(last).__name__}: {last}', opts)}"
+        )
+
+    def _maintain(self) -> None:
+        """Expire snapshots beyond ``keep_snapshots`` once there are twice as many (best
+        effort: a failure is logged)."""
+        keep = self.options.keep_snapshots
+        if keep is None:
+            return
+        try:
+            table = self._load_table()
+            from pyiceberg.table.snapshots import ancestors_of
+
+            meta = table.metadata
+            if len(meta.snapshots) <= 2 * keep:
+                return  # expire in bulk: one extra commit every `keep` micro-batches
+            kept = {
+                s.snapshot_id
+                for _, s in zip(
+                    range(keep), ancestors_of(meta.current_snapshot(), meta), strict=False
+                )
+            }
+            referenced = {ref.snapshot_id for ref in meta.refs.values()}
+            old = [s.snapshot_id for s in meta.snapshots if s.snapshot_id not in kept | referenced]
+            if old:
+                table.maintenance.expire_snapshots().by_ids(old).commit()
+        except Exception as exc:
+            logger.warning(
+                "iceberg: expiring old snapshots of %s failed (the data is committed): %s",
+                self.options.table_name,
+                _scrub(str(exc), self.options),
+            )
+
+    def _sweep_orphans(self, force: bool = False) -> int:
+        """Delete data files under the table's ``data/`` that no snapshot names and that are
+        older than ``staging_max_age_hours`` (left by task attempts that died before their
+        receipt reached the driver). At most once an hour per process and table; best
+        effort (a failure is logged). Returns how many files were deleted."""
+        assert self.plan is not None
+        location = self.plan.location
+        now = time.monotonic()
+        if (
+            not force
+            and now - _SWEPT.get(location, -SWEEP_INTERVAL_SECONDS) < SWEEP_INTERVAL_SECONDS
+        ):
+            return 0
+        _SWEPT[location] = now
+        try:
+            return self._sweep(location)
+        except Exception as exc:
+            logger.warning(
+                "iceberg: sweeping unreferenced data files of %s failed: %s",
+                self.options.table_name,
+                _scrub(str(exc), self.options),
+            )
+            return 0
+
+    def _sweep(self, location: str) -> int:
+        from pyarrow import fs as pafs
+
+        io = self._io()
+        if not hasattr(io, "fs_by_scheme"):
+            return 0  # a FileIO without a listing (not pyarrow's)
+        scheme, netloc, path = io.parse_location(f"{location.rstrip('/')}/data")
+        filesystem = io.fs_by_scheme(scheme, netloc)
+        try:
+            infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
+        except FileNotFoundError:
+            return 0
+        cutoff = time.time() - self.options.staging_max_age_hours * 3600
+        old = {
+            info.path
+            for info in infos
+            if info.type == pafs.FileType.File
+            and info.path.endswith(".parquet")
+            and info.mtime is not None
+            and info.mtime.timestamp() < cutoff
+        }
+        if not old:
+            return 0
+        table = self._load_table()
+        referenced = set()
+        for snapshot in table.metadata.snapshots:
+            for manifest in snapshot.manifests(table.io):
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                    referenced.add(io.parse_location(entry.data_file.file_path)[2])
+        orphans = sorted(old - referenced)
+        for orphan in orphans:
+            filesystem.delete_file(orphan)
+        if orphans:
+            logger.info(
+                "iceberg: deleted %d data files of %s that no snapshot names (older than %.1f h)",
+                len(orphans),
+                self.options.table_name,
+                self.options.staging_max_age_hours,
+            )
+        return len(orphans)
+
+    def _delete_files(self, files: list[Any], keep: set[str] | None = None) -> None:
+        if not files:
+            return
+        io = self._io()
+        for data_file in files:
+            if keep is not None and data_file.file_path in keep:
+                continue
+            try:
+                io.delete(data_file.file_path)
+            except FileNotFoundError:
+                pass
+            except Exception as exc:
+                logger.warning("iceberg: could not delete %s: %s", data_file.file_path, exc)
+
+    def abort(self, context: CommitContext, receipts: list[Receipt[list[Any]]]) -> None:
+        files = [f for r in receipts for s in r.staged for f in s]
+        if not files:
+            return
+        table = self._load_table()
+        keep: set[str] | None = None
+        if SnapshotLedgerStore(table).get(context.sink_id, context.batch_id) is not None:
+            logger.warning(
+                "iceberg: abort of batch %d: the batch is committed already; only data files "
+                "the table does not name are deleted",
+                context.batch_id,
+            )
+            keep = _referenced(table)
+        self._delete_files(files, keep=keep)
+
+
+def _referenced(table: Any) -> set[str]:
+    """Data files of the current snapshot (never deleted by a cleanup)."""
+    snapshot = table.metadata.current_snapshot()
+    if snapshot is None:
+        return set()
+    paths: set[str] = set()
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            paths.add(entry.data_file.file_path)
+    return paths

@@ -1,0 +1,9 @@
+"""``kinesis``: records into an Amazon Kinesis data stream, at-least-once with dedupe ids.
+
+See docs/sinks/kinesis.md. Needs ``pip install 'quixsinks[kinesis]'``.
+"""
+
+from .options import KinesisOptions
+from .sink import KinesisSink, KinesisStreamNotFoundError
+
+__all__ = ["KinesisOptions", "KinesisSink", "KinesisStreamNotFoundError"]

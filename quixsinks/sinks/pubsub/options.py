@@ -1,0 +1,174 @@
+"""Options of the ``pubsub`` sink (Quix PubSubSink's names, snake_case or camelCase)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from quixsinks.core.errors import OptionError
+from quixsinks.core.options import option
+from quixsinks.core.sink import CommonOptions
+
+__all__ = ["MAX_MESSAGE_BYTES", "PubSubOptions"]
+
+#: Pub/Sub refuses a message (data, attributes and ordering key) larger than this
+MAX_MESSAGE_BYTES = 10_000_000
+#: and a publish request larger than this (the publisher's batch max_bytes cap)
+MAX_REQUEST_BYTES = 10_000_000
+#: and more than this many messages in one publish request
+MAX_REQUEST_MESSAGES = 1000
+
+_TOPIC_ID = re.compile(r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PubSubOptions(CommonOptions):
+    sink_name: ClassVar[str] = "pubsub"
+
+    project_id: str = option(doc="Google Cloud project of the topic")
+    topic_id: str = option(doc="Topic id (the last part of projects/<project>/topics/<topic>)")
+    service_account_json: str | None = option(
+        None,
+        secret=True,
+        doc="Service account key: its JSON text, or the path of its file; default: "
+        "application-default credentials",
+    )
+    emulator_host: str | None = option(
+        None,
+        env="PUBSUB_EMULATOR_HOST",
+        doc="host:port of a Pub/Sub emulator (no credentials); default: PUBSUB_EMULATOR_HOST",
+    )
+    value_serializer: str | None = option(
+        None,
+        doc="Import path (module:function) called per row on the value dict; returns str or "
+        "bytes (Quix's json.dumps is the default, built vectorised)",
+    )
+    key_serializer: str | None = option(
+        None,
+        doc="Import path (module:function) called per row on the key; returns str (default: "
+        "the key as text, bytes decoded as UTF-8, as Quix)",
+    )
+    data_column: str | None = option(
+        None,
+        doc="Send this binary or string column as the message data, as is (default: the "
+        "value serialized)",
+    )
+    ordering_key_column: str | None = option(
+        None,
+        doc="Column holding each message's ordering key (message ordering is enabled; a key "
+        "whose publish failed is resumed by the sink before it resends)",
+    )
+    attributes_columns: tuple[str, ...] = option(
+        (),
+        doc="Extra attributes: one map<string,string> column, or comma-separated columns "
+        "sent as attributes named after them (values as text)",
+    )
+    metadata_attributes: bool = option(
+        True,
+        doc="Set Quix's attributes: key, timestamp, offset and the Kafka headers (as text)",
+    )
+    dedupe_attribute: str = option(
+        "qs_dedupe_id",
+        doc="Attribute holding each message's deterministic dedupe id (sink id, batch id, "
+        "content hash)",
+    )
+    flush_timeout: float = option(
+        5.0,
+        minimum=0.001,
+        doc="Seconds to wait for the outstanding publishes of one round; those not done then "
+        "are resent under the retry policy",
+    )
+    publish_timeout: float = option(
+        10.0, minimum=0.001, doc="Deadline of one publish request (gRPC), in seconds"
+    )
+    max_messages: int = option(
+        MAX_REQUEST_MESSAGES,
+        minimum=1,
+        doc="Batch setting: messages per publish request (at most 1000)",
+    )
+    max_bytes: int = option(
+        4 * 1024 * 1024,
+        minimum=1,
+        doc="Batch setting: bytes per publish request (at most 10,000,000)",
+    )
+    max_latency: float = option(
+        0.01,
+        minimum=0,
+        doc="Batch setting (with ordering keys): seconds a message may wait for its batch to "
+        "fill; without, full requests are sent at once",
+    )
+    max_outstanding_messages: int = option(
+        4000,
+        minimum=1,
+        doc="Flow control: messages a task has published and not yet seen acknowledged "
+        "(without ordering keys: max_outstanding_messages / max_messages requests in flight, "
+        "at most 16)",
+    )
+    max_outstanding_bytes: int = option(
+        64 * 1024 * 1024,
+        minimum=1,
+        doc="Flow control: bytes a task has published and not yet seen acknowledged",
+    )
+    round_messages: int = option(
+        20_000,
+        minimum=1,
+        doc="Messages a task publishes before it waits for all their results (one delivery "
+        "round; failed ones are resent); bounds the futures a task holds",
+    )
+    check_topic: bool = option(
+        True,
+        doc="Check that the topic exists (get_topic) on the driver before any task; skipped "
+        "when the credentials may not read topics",
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if not _TOPIC_ID.fullmatch(self.topic_id) or self.topic_id.lower().startswith("goog"):
+            raise OptionError(
+                f"pubsub: 'topic_id' {self.topic_id!r} is not a valid topic id (3 to 255 of "
+                "letters, digits and - _ . ~ + %, starting with a letter, not with 'goog'); "
+                "give the id, not the projects/.../topics/... path",
+                option="topic_id",
+                value=self.topic_id,
+            )
+        if not self.project_id or "/" in self.project_id:
+            raise OptionError(
+                f"pubsub: 'project_id' {self.project_id!r} is not a project id",
+                option="project_id",
+                value=self.project_id,
+            )
+        if self.max_messages > MAX_REQUEST_MESSAGES:
+            raise OptionError(
+                f"pubsub: 'max_messages' is {self.max_messages}; a publish request holds at "
+                f"most {MAX_REQUEST_MESSAGES} messages",
+                option="max_messages",
+                value=self.max_messages,
+            )
+        if self.max_bytes > MAX_REQUEST_BYTES:
+            raise OptionError(
+                f"pubsub: 'max_bytes' is {self.max_bytes}; a publish request holds at most "
+                f"{MAX_REQUEST_BYTES} bytes",
+                option="max_bytes",
+                value=self.max_bytes,
+            )
+        if self.data_column is not None and self.value_serializer is not None:
+            raise OptionError(
+                "pubsub: give at most one of 'data_column' and 'value_serializer'",
+                option="value_serializer",
+            )
+        if not self.dedupe_attribute or self.dedupe_attribute.startswith("goog"):
+            raise OptionError(
+                f"pubsub: 'dedupe_attribute' {self.dedupe_attribute!r} must be a non-empty "
+                "name not starting with 'goog'",
+                option="dedupe_attribute",
+                value=self.dedupe_attribute,
+            )
+        for name in ("key_serializer", "value_serializer"):
+            path = getattr(self, name)
+            if path is not None and ":" not in path and "." not in path:
+                raise OptionError(
+                    f"pubsub: {name!r} must be an import path such as mypackage.module:function",
+                    option=name,
+                    value=path,
+                )

@@ -1,0 +1,213 @@
+"""Hive partitioning of a micro-batch: ``<col>=<value>/...`` paths, vectorised in Arrow.
+
+``year``/``month``/``day``/``hour`` come from the timestamp column in UTC, zero-padded
+(``year=2026/month=03/day=07/hour=05``); any other hive column is a value column taken as
+it is (identity), as text. A null becomes ``__None__`` (Quix's name), so no row is ever
+dropped for its partition value. Values are percent-encoded where a path would break
+(``/``, ``=``, ``%``, control characters...), the encoding Hive readers (pyarrow's
+``partitioning="hive"``, Spark, DuckDB) decode.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quixsinks.core.errors import RecordError
+
+from .options import TIME_COLUMNS
+
+__all__ = ["NULL_PARTITION", "Layout"]
+
+NULL_PARTITION = "__None__"
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_SAFE = "-_.~ +,;@!$&()'"
+#: identity partition values are written as text from these types only
+_PARTITIONABLE = (
+    pa.types.is_integer,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_boolean,
+    pa.types.is_date,
+    pa.types.is_dictionary,
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The hive columns of a table and how the time columns are derived."""
+
+    hive_columns: tuple[str, ...]
+    timestamp_column: str | None
+    timestamp_unit: str = "ms"
+
+    def describe(self) -> str:
+        return "/".join(f"{c}=..." for c in self.hive_columns) or "(unpartitioned)"
+
+    def split(self, table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+        """Yield ``(partition path, rows)`` per partition, the hive identity columns dropped.
+
+        Vectorised: every hive column becomes an integer code per row (a time bucket, or
+        the index into the column's distinct values), the codes are combined into one
+        partition code per row, the rows are ordered by it once, and the path is built
+        in Python only once per partition. The path is empty for an unpartitioned layout.
+        """
+        if not self.hive_columns:
+            if table.num_rows:
+                yield "", table
+            return
+        if table.num_rows == 0:
+            return
+        identity = [
+            c for c in self.hive_columns if c not in TIME_COLUMNS and c in table.column_names
+        ]
+        data = table.drop_columns(identity) if identity else table
+        parts = [self._part(table, name) for name in self._part_names()]
+        codes = parts[0].codes
+        for part in parts[1:]:  # combine two at a time, re-encoded to stay < rows
+            combined = pc.add(pc.multiply(codes.cast(pa.int64()), part.size), part.codes)
+            codes = pc.dictionary_encode(combined).indices
+        encoded = pc.dictionary_encode(codes)
+        if len(encoded.dictionary) == 1:
+            yield self._path(parts, 0), data
+            return
+        order = pc.sort_indices(encoded.indices)
+        ordered_codes = pc.take(encoded.indices, order)
+        ordered = data.take(order)
+        runs = pc.run_end_encode(ordered_codes)
+        # distinct codes can share a path (hive columns "day" only: the 1st of each month)
+        slices: dict[str, list[pa.Table]] = {}
+        start = 0
+        for end in runs.run_ends.to_pylist():
+            path = self._path(parts, order[start].as_py())
+            slices.setdefault(path, []).append(ordered.slice(start, end - start))
+            start = end
+        for path, tables in slices.items():
+            yield path, tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    # ------------------------------------------------------------------ internals
+
+    def _part_names(self) -> list[str]:
+        """One part per identity column, plus one for all the time columns together."""
+        names: list[str] = []
+        for name in self.hive_columns:
+            if name in TIME_COLUMNS:
+                if "<time>" not in names:
+                    names.append("<time>")
+            else:
+                names.append(name)
+        return names
+
+    def _part(self, table: pa.Table, name: str) -> _Part:
+        if name == "<time>":
+            return _time_part(table, self)
+        return _identity_part(table, name)
+
+    def _path(self, parts: list[_Part], row: int) -> str:
+        text: dict[str, str] = {}
+        for part in parts:
+            text.update(part.segments(row))
+        return "/".join(f"{name}={text[name]}" for name in self.hive_columns)
+
+
+@dataclass
+class _Part:
+    """Integer codes per row (``0 <= code < size``) and how a row's code reads as text."""
+
+    codes: pa.Array
+    size: int
+    segments: Callable[[int], dict[str, str]]
+
+
+def _floor_div(values: pa.Array, by: int) -> pa.Array:
+    """Integer division rounding down (Arrow's rounds toward zero: times before 1970)."""
+    quotient = pc.divide(values, by)
+    below = pc.less(pc.subtract(values, pc.multiply(quotient, by)), 0)
+    return pc.if_else(below, pc.subtract(quotient, 1), quotient)
+
+
+def _time_part(table: pa.Table, layout: Layout) -> _Part:
+    stamps, per_second = _epoch_integers(table, layout)
+    hourly = "hour" in layout.hive_columns
+    bucket_units = per_second * (3600 if hourly else 86400)
+    encoded = pc.dictionary_encode(_floor_div(stamps, bucket_units))
+    values = encoded.dictionary.to_pylist()
+    null_code = len(values)
+    codes = pc.fill_null(encoded.indices, null_code)  # null times: one more code
+    names = [c for c in layout.hive_columns if c in TIME_COLUMNS]
+    step = 3600 if hourly else 86400
+
+    def segments(row: int) -> dict[str, str]:
+        code = codes[row].as_py()
+        if code == null_code:
+            return dict.fromkeys(names, NULL_PARTITION)
+        when = _EPOCH + dt.timedelta(seconds=values[code] * step)
+        fields = {
+            "year": f"{when.year:04d}",
+            "month": f"{when.month:02d}",
+            "day": f"{when.day:02d}",
+            "hour": f"{when.hour:02d}",
+        }
+        return {n: fields[n] for n in names}
+
+    return _Part(codes, null_code + 1, segments)
+
+
+def _epoch_integers(table: pa.Table, layout: Layout) -> tuple[pa.Array, int]:
+    """The timestamp column as int64 epoch values, and how many of them make a second."""
+    name = layout.timestamp_column
+    if name is None or name not in table.column_names:
+        raise RecordError(
+            f"tsdatalake: hive columns {', '.join(layout.hive_columns)} need the timestamp "
+            f"column {name!r}, which this batch does not have (columns: "
+            f"{', '.join(table.column_names)}); set 'timestamp_column'",
+            column=name,
+        )
+    column = table.column(name).combine_chunks()
+    if pa.types.is_timestamp(column.type):
+        return column.cast(pa.int64()), _PER_SECOND[column.type.unit]
+    if pa.types.is_integer(column.type):
+        return column.cast(pa.int64()), _PER_SECOND[layout.timestamp_unit]
+    if pa.types.is_date(column.type):
+        return column.cast(pa.timestamp("s")).cast(pa.int64()), 1
+    raise RecordError(
+        f"tsdatalake: timestamp column {name!r} has type {column.type}; expected a "
+        "timestamp or an integer epoch (see timestamp_unit)",
+        column=name,
+    )
+
+
+def _identity_part(table: pa.Table, name: str) -> _Part:
+    if name not in table.column_names:  # a JSON value without the field: all null
+        zeros = pa.repeat(pa.scalar(0, pa.int32()), table.num_rows)
+        return _Part(zeros, 1, lambda _row: {name: NULL_PARTITION})
+    column = table.column(name).combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if not any(check(column.type) for check in _PARTITIONABLE):
+        raise RecordError(
+            f"tsdatalake: hive column {name!r} has type {column.type}; partition by an "
+            "integer, string, boolean or date column",
+            column=name,
+        )
+    encoded = pc.dictionary_encode(column)
+    size = len(encoded.dictionary)
+    codes = pc.fill_null(encoded.indices, size)  # nulls: one more code
+    text = encoded.dictionary.cast(pa.string()).to_pylist()
+
+    def segments(row: int) -> dict[str, str]:
+        code = codes[row].as_py()
+        return {name: NULL_PARTITION if code == size else _encode(text[code])}
+
+    return _Part(codes, size + 1, segments)
+
+
+def _encode(value: str) -> str:
+    """Percent-encode what would break a path (most values need nothing)."""
+    return quote(value, safe=_SAFE)

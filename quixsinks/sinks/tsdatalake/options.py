@@ -1,0 +1,126 @@
+"""Options of the ``tsdatalake`` sink (Quix QuixTSDataLakeSink's names)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from quixsinks.core.destinations import StorageOptions
+from quixsinks.core.errors import OptionError
+from quixsinks.core.options import option
+from quixsinks.core.sink import LedgerOptions
+
+__all__ = ["TIME_COLUMNS", "TSDataLakeOptions", "TimestampUnit"]
+
+#: hive columns derived from the timestamp column (UTC, zero-padded)
+TIME_COLUMNS = ("year", "month", "day", "hour")
+TimestampUnit = Literal["ms", "s", "us", "ns"]
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TSDataLakeOptions(LedgerOptions, StorageOptions):
+    sink_name: ClassVar[str] = "tsdatalake"
+
+    path: str = option(
+        aliases=("s3_prefix",),
+        doc="Where tables live: an absolute local path, s3://bucket/prefix, "
+        "abfs[s]://container@account.dfs.core.windows.net/prefix, az://container/prefix or "
+        "gs://bucket/prefix (Quix's name: s3_prefix)",
+    )
+    table_name: str = option(doc="Table: files go to <path>/<table_name>/<col>=<value>/...")
+    workspace_id: str = option(
+        "", doc="Quix Cloud workspace id; recorded in the table's layout file, no path effect"
+    )
+    hive_columns: tuple[str, ...] = option(
+        (),
+        doc="Comma-separated partition columns, outermost first; year, month, day and hour "
+        "are derived from timestamp_column (UTC), other names are value columns (identity)",
+    )
+    timestamp_column: str = option(
+        "ts_ms",
+        doc="Column holding the record time: a timestamp, or an integer epoch in "
+        "timestamp_unit; needed when hive_columns has year, month, day or hour",
+    )
+    timestamp_unit: TimestampUnit = option(
+        "ms", doc="Unit of an integer timestamp_column (never guessed from the data)"
+    )
+    compression: Literal["snappy", "zstd", "gzip", "lz4", "brotli", "none"] = option(
+        "snappy", doc="Parquet compression codec"
+    )
+    max_rows_per_file: int = option(
+        0, minimum=0, doc="Start a new file in a partition after this many rows (0: no limit)"
+    )
+    catalog_url: str | None = option(
+        None,
+        doc="Iceberg REST catalog: the table is created or discovered there and every "
+        "micro-batch's files are registered in one snapshot (see the docs page)",
+    )
+    catalog_auth_token: str | None = option(None, secret=True, doc="Bearer token for catalog_url")
+    auto_discover: bool = option(
+        True, doc="With catalog_url: use the catalog's table when it exists, else create it"
+    )
+    namespace: str = option("default", doc="With catalog_url: the catalog namespace")
+    auto_create_bucket: bool = option(
+        True, doc="Create the bucket or container when it does not exist (object stores)"
+    )
+    max_workers: int = option(
+        10, minimum=1, doc="Accepted for Quix parity (the commit moves files 8 at a time)"
+    )
+    stream_timeout_ms: int | None = option(
+        None,
+        doc="Per-key silence threshold (ms): with on_stream_timeout, the callback fires "
+        "once per key silent this long; None, 0 or negative disable it",
+    )
+    on_stream_timeout: str | None = option(
+        None,
+        doc="Import path 'package.module:function' of the silence callback; it runs in "
+        "the driver process (see track() in the docs); a registered subclass may set the "
+        "class attribute instead",
+    )
+    stream_timeout_state: Literal["memory", "persisted"] = option(
+        "memory",
+        doc="memory: a key quiet across a driver restart does not fire (Quix); persisted: "
+        "last-seen times survive a restart and such a key still fires",
+    )
+    stream_timeout_max_keys: int = option(
+        100_000,
+        minimum=1,
+        doc="Distinct keys a task reports per micro-batch for silence detection; more are "
+        "counted (silence_keys_dropped) and not tracked",
+    )
+    stream_timeout_dir: str | None = option(
+        None,
+        doc="Local directory (on the driver host) where commits leave per-key last-seen "
+        "times for the watcher; default: <tmp>/quixsinks-silence",
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if not _TABLE_NAME.match(self.table_name) or self.table_name.startswith(("_", ".")):
+            raise OptionError(
+                f"tsdatalake: 'table_name' {self.table_name!r} must be 1-255 letters, digits, "
+                "'_', '-' or '.', not starting with '_' or '.' (readers skip those folders)",
+                option="table_name",
+                value=self.table_name,
+            )
+        seen: set[str] = set()
+        for name in self.hive_columns:
+            if not name or "/" in name or "=" in name or name in seen:
+                raise OptionError(
+                    f"tsdatalake: 'hive_columns' {','.join(self.hive_columns)!r}: each column "
+                    "once, no empty names, no '/' or '='",
+                    option="hive_columns",
+                    value=",".join(self.hive_columns),
+                )
+            seen.add(name)
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        return tuple(c for c in self.hive_columns if c in TIME_COLUMNS)
+
+    @property
+    def silence_enabled(self) -> bool:
+        """The seed's rule: a positive timeout (the callback is checked where it runs)."""
+        return self.stream_timeout_ms is not None and self.stream_timeout_ms > 0

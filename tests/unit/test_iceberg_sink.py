@@ -1,0 +1,192 @@
+"""The iceberg sink's pure logic: partition_by syntax, options, catalog properties, the
+snapshot ledger's takeover rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from quixsinks.core.errors import LedgerFenceError, MissingDependencyError, OptionError
+from quixsinks.core.ledger import Ledger
+from quixsinks.sinks.iceberg.catalog import catalog_properties, scrub
+from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore, summary_properties
+from quixsinks.sinks.iceberg.options import IcebergOptions
+from quixsinks.sinks.iceberg.partitioning import PartitionField, parse_partition_by
+
+pytest.importorskip("pyiceberg")
+
+
+def test_a_pyarrow_older_than_pyicebergs_floor_is_named_before_any_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyarrow as pa
+
+    from quixsinks.sinks.iceberg.catalog import import_pyiceberg
+
+    monkeypatch.setattr(pa, "__version__", "15.0.0")
+    with pytest.raises(MissingDependencyError, match=r"'pyarrow>=17'.*found pyarrow 15\.0\.0") as e:
+        import_pyiceberg()
+    assert e.value.extra == "iceberg"
+
+
+def test_partition_by_parses_every_transform() -> None:
+    assert parse_partition_by("day(ts), bucket(16, id), truncate(4, name), identity(city), k") == (
+        PartitionField("ts", "day"),
+        PartitionField("id", "bucket", 16),
+        PartitionField("name", "truncate", 4),
+        PartitionField("city", "identity"),
+        PartitionField("k", "identity"),
+    )
+    assert [f.name for f in parse_partition_by("HOUR(ts), bucket( 8 , id )")] == [
+        "ts_hour",
+        "id_bucket_8",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("day(ts),", "empty item"),
+        ("squash(ts)", "unknown transform 'squash'"),
+        ("bucket(id)", "needs a positive width"),
+        ("bucket(0, id)", "needs a positive width"),
+        ("day(3, ts)", "takes only a column"),
+        ("day(ts), day(ts)", "names a partition field twice"),
+        ("day(a(b))", "not a transform"),
+    ],
+)
+def test_bad_partition_by_names_the_item(text: str, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_partition_by(text)
+
+
+def test_embedded_default_is_a_sqlite_catalog_in_the_warehouse(tmp_path: Any) -> None:
+    opts = IcebergOptions.from_options({"table_name": "a.b", "warehouse": str(tmp_path)})
+    props = catalog_properties(opts)
+    assert props["type"] == "sql"
+    assert props["uri"] == f"sqlite:///{tmp_path}/catalog.db"
+    assert props["warehouse"] == f"file://{tmp_path}"
+    assert props["py-io-impl"] == "pyiceberg.io.pyarrow.PyArrowFileIO"
+
+
+def test_glue_and_s3_properties_and_pass_through() -> None:
+    opts = IcebergOptions.from_options(
+        {
+            "table_name": "a.b",
+            "catalogType": "GLUE",
+            "warehouse": "s3://bucket/wh",
+            "aws_region": "eu-west-1",
+            "aws_access_key_id": "AKIA",
+            "aws_secret_access_key": "s3cr3t",
+            "aws_endpoint_url": "http://127.0.0.1:5000",
+            "catalog.glue.id": "123",
+        }
+    )
+    props = catalog_properties(opts)
+    assert props["glue.region"] == props["s3.region"] == "eu-west-1"
+    assert props["glue.secret-access-key"] == "s3cr3t"
+    assert props["s3.endpoint"] == "http://127.0.0.1:5000"
+    assert props["glue.id"] == "123"
+    assert "s3cr3t" not in scrub(f"boom {props}", opts)
+
+
+def test_rest_needs_a_uri_and_sql_a_warehouse() -> None:
+    with pytest.raises(OptionError, match="needs 'catalog_uri'"):
+        IcebergOptions.from_options({"table_name": "a.b", "catalog_type": "rest"})
+    with pytest.raises(OptionError, match="needs 'warehouse'"):
+        IcebergOptions.from_options({"table_name": "a.b"})
+
+
+@dataclass
+class FakeSummary:
+    additional_properties: dict[str, str]
+
+
+@dataclass
+class FakeSnapshot:
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    summary: FakeSummary
+    sequence_number: int = 0
+
+
+@dataclass
+class FakeMetadata:
+    snapshots: list[FakeSnapshot] = field(default_factory=list)
+
+    def current_snapshot(self) -> FakeSnapshot | None:
+        return self.snapshots[-1] if self.snapshots else None
+
+    def snapshot_by_id(self, snapshot_id: int) -> FakeSnapshot | None:
+        return next((s for s in self.snapshots if s.snapshot_id == snapshot_id), None)
+
+
+@dataclass
+class FakeTable:
+    metadata: FakeMetadata
+
+
+def history(*entries: dict[str, str]) -> FakeTable:
+    meta = FakeMetadata()
+    for i, props in enumerate(entries):
+        meta.snapshots.append(FakeSnapshot(i + 1, i or None, FakeSummary(props)))
+    return FakeTable(meta)
+
+
+def test_the_ledger_reads_summaries_and_fences_other_queries() -> None:
+    table = history(
+        summary_properties("s", 0, "q1"),
+        {"other": "writer"},
+        summary_properties("s", 1, "q1"),
+        summary_properties("t", 0, "q9"),
+    )
+    store = SnapshotLedgerStore(table)
+    assert Ledger(store).committed("s", 1, "q1")
+    assert not Ledger(store).committed("s", 2, "q1")
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query q1"):
+        Ledger(SnapshotLedgerStore(table)).committed("s", 0, "q2")
+
+
+def test_a_takeover_is_written_in_the_summary_and_hides_the_old_entries() -> None:
+    table = history(summary_properties("s", 0, "q1"), summary_properties("s", 1, "q1"))
+    store = SnapshotLedgerStore(table)
+    assert not Ledger(store, takeover_query_id="q1").committed("s", 0, "q2")
+    assert store.takeover_of == "q1"
+    table = history(
+        summary_properties("s", 0, "q1"),
+        summary_properties("s", 0, "q2", takeover_of="q1"),
+    )
+    assert SnapshotLedgerStore(table).owners("s") == {"q2"}
+    with pytest.raises(LedgerFenceError):  # the old query is out
+        Ledger(SnapshotLedgerStore(table)).committed("s", 1, "q1")
+
+
+class FakeClass:
+    def __init__(self, known: set[str]) -> None:
+        self.known = known
+
+    def forName(self, name: str) -> object:  # Java's name
+        if name not in self.known:
+            raise RuntimeError(f"ClassNotFoundException: {name}")
+        return object()
+
+
+class FakeSpark:
+    def __init__(self, known: set[str]) -> None:
+        lang = type("Lang", (), {"Class": FakeClass(known)})()
+        java = type("Java", (), {"lang": lang})()
+        self._jvm = type("JVM", (), {"java": java})()
+
+
+def test_the_jvm_connector_is_detected_and_the_way_out_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from quixsinks.sinks.iceberg.clash import JVM_SOURCE_CLASS, warn_if_jvm_connector
+
+    assert not warn_if_jvm_connector(FakeSpark(set()))
+    assert caplog.records == []
+    assert warn_if_jvm_connector(FakeSpark({JVM_SOURCE_CLASS}))
+    assert "register it under another name" in caplog.text
+    assert not warn_if_jvm_connector(object())  # Spark Connect: no JVM in the client

@@ -1,0 +1,176 @@
+"""The pubsub sink without a server: options, messages, dedupe ids, sizes, secrets."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.delivery import DedupeIds
+from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
+from quixsinks.sinks.pubsub import PubSubOptions, PubSubSink, PubSubTopicNotFoundError
+from quixsinks.sinks.pubsub.sink import Message, message_size
+
+
+def options(**extra: str) -> PubSubOptions:
+    return PubSubOptions.from_options({"project_id": "p", "topic_id": "events", **extra})
+
+
+def sink_for(table: pa.Table, **extra: str) -> PubSubSink:
+    sink = PubSubSink(options(**extra))
+    sink.prepare(table.schema)
+    return sink
+
+
+def batch_of(sink: PubSubSink, table: pa.Table, batch_id: int = 3) -> SinkBatch:
+    assert sink.records is not None
+    return SinkBatch(table, sink.records, WriteContext("sink", batch_id, partition_id=1))
+
+
+def kafka_table() -> pa.Table:
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.table(
+        {
+            "key": pa.array([b"k1", None], pa.binary()),
+            "value": pa.array([b'{"a": 1}', b'{"a": 2}'], pa.binary()),
+            "topic": ["t", "t"],
+            "partition": pa.array([0, 0], pa.int32()),
+            "offset": pa.array([41, 42], pa.int64()),
+            "timestamp": pa.array([1000, 2000], pa.timestamp("ms")),
+            "timestampType": pa.array([0, 0], pa.int32()),
+            "headers": pa.array([[{"key": "trace", "value": b"abc"}], []], headers),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"topic_id": "projects/p/topics/t"}, "not a valid topic id"),
+        ({"topic_id": "goog-x"}, "not a valid topic id"),
+        ({"max_messages": "1001"}, "at most 1000"),
+        ({"max_bytes": "20000000"}, "at most 10000000"),
+        ({"data_column": "d", "value_serializer": "json:dumps"}, "at most one"),
+        ({"value_serializer": "dumps"}, "import path"),
+        ({"flush_timeout": "0"}, "flush_timeout"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(extra: dict[str, str], match: str) -> None:
+    with pytest.raises(OptionError, match=match):
+        options(**extra)
+
+
+def test_a_kafka_record_gets_quix_attributes_and_json_data() -> None:
+    table = kafka_table()
+    sink = sink_for(table)
+    messages = sink.messages(batch_of(sink, table), DedupeIds("sink", 3, 1))
+    first, second = messages
+    assert first.data == b'{"a":1}'
+    assert {k: v for k, v in first.attributes.items() if k != "qs_dedupe_id"} == {
+        "_key": "k1",
+        "_timestamp": "1000",
+        "_offset": "41",
+        "trace": "abc",
+    }
+    assert "_key" not in second.attributes  # a null key sets no attribute
+    assert len(first.attributes["qs_dedupe_id"]) == 32
+
+
+def test_dedupe_ids_are_the_same_on_a_replay_and_differ_between_batches() -> None:
+    table = pa.table({"id": [1, 1, 2], "v": ["a", "a", "b"]})
+    sink = sink_for(table)
+
+    def ids(batch_id: int) -> list[str]:
+        batch = batch_of(sink, table, batch_id)
+        found = sink.messages(batch, DedupeIds("sink", batch_id, 1))
+        return [m.attributes["qs_dedupe_id"] for m in found]
+
+    first = ids(3)
+    assert first == ids(3)
+    assert len(set(first)) == 3  # identical rows still get distinct ids
+    assert set(first).isdisjoint(ids(4))
+
+
+def test_a_message_over_10_mb_is_a_record_error_naming_its_row() -> None:
+    table = pa.table({"d": pa.array([b"x", b"y" * 10_000_001], pa.binary())})
+    sink = sink_for(table, data_column="d")
+    with pytest.raises(RecordError, match="row 1 is 10000001 bytes") as failure:
+        sink.messages(batch_of(sink, table), DedupeIds("s", 0, 0))
+    assert failure.value.row == 1
+    big = Message(0, b"x" * 9_999_990, {"attribute": "y" * 20})
+    assert message_size(big) > 10_000_000
+
+
+def test_ordering_keys_and_named_attribute_columns() -> None:
+    table = pa.table({"dev": ["a", None], "n": [1, 2], "flag": [True, False]})
+    sink = sink_for(table, ordering_key_column="dev", attributes_columns="n,flag")
+    first, second = sink.messages(batch_of(sink, table), DedupeIds("s", 0, 0))
+    assert (first.ordering_key, second.ordering_key) == ("a", "")
+    assert first.attributes["n"] == "1"
+    assert second.attributes["flag"] == "false"
+
+
+def test_sink_options_and_errors_pickle_and_hide_the_key() -> None:
+    opts = options(service_account_json='{"private_key": "TOPSECRET"}')
+    assert "TOPSECRET" not in repr(opts)
+    sink = PubSubSink(opts)
+    assert "TOPSECRET" not in repr(sink)
+    again = pickle.loads(pickle.dumps(sink))
+    assert again.options == opts
+    error = pickle.loads(pickle.dumps(PubSubTopicNotFoundError("gone", location="t")))
+    assert isinstance(error, DestinationNotFoundError)
+    assert error.location == "t"
+
+
+def test_a_bad_service_account_json_is_an_option_error_without_its_text() -> None:
+    with pytest.raises(OptionError, match="service_account_json") as failure:
+        PubSubSink._credentials('{"private_key": "TOPSECRET"')
+    assert "TOPSECRET" not in str(failure.value)
+
+
+def test_messages_and_requests_are_valid_protobuf() -> None:
+    from google.pubsub_v1.types import PublishRequest, PubsubMessage
+
+    from quixsinks.sinks.pubsub.sink import encode_message, publish_request
+
+    long_value = "\u2603" * 200  # lengths over 127 bytes: two-byte varints
+    wire = encode_message(b"x" * 300, {"a": "1", "k\u00e9y": long_value}, "ord")
+    message = PubsubMessage.deserialize(wire)
+    assert message.data == b"x" * 300
+    assert dict(message.attributes) == {"a": "1", "k\u00e9y": long_value}
+    assert message.ordering_key == "ord"
+    request = PublishRequest.deserialize(publish_request("projects/p/topics/t", [wire, b""]))
+    assert request.topic == "projects/p/topics/t"
+    assert len(request.messages) == 2
+
+
+def test_frames_built_in_arrow_are_the_messages_built_per_row() -> None:
+    from google.pubsub_v1.types import PublishRequest
+
+    from quixsinks.sinks.pubsub.sink import _varints
+
+    table = kafka_table()
+    sink = sink_for(table)
+    batch = batch_of(sink, table)
+    messages = sink.messages(batch, DedupeIds("sink", 3, 1))
+    frames = sink.frames(batch, DedupeIds("sink", 3, 1))
+    request = PublishRequest.deserialize(b"".join(f[1] for f in frames))
+    assert [m.row for m in messages] == [f[0] for f in frames]
+    for message, parsed in zip(messages, request.messages, strict=True):
+        assert parsed.data == message.data
+        assert dict(parsed.attributes) == message.attributes
+    lengths = [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**28 + 5]
+    assert _varints(pa.array(lengths, pa.int64())).to_pylist() == [
+        _encode_varint(n) for n in lengths
+    ]
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)

@@ -1,0 +1,194 @@
+"""tsdatalake pure logic: the Hive layout (Arrow, no Spark) and the silence spool/watcher
+with an injected clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.sinks.tsdatalake import TSDataLakeOptions
+from quixsinks.sinks.tsdatalake.layout import NULL_PARTITION, Layout
+from quixsinks.sinks.tsdatalake.silence import (
+    SilenceSpool,
+    SilenceWatcher,
+    decode_key,
+    encode_key,
+)
+
+HOUR = 3_600_000
+
+
+def split(layout: Layout, table: pa.Table) -> dict[str, list[dict[str, Any]]]:
+    return {path: part.to_pylist() for path, part in layout.split(table)}
+
+
+def test_time_columns_are_utc_and_zero_padded() -> None:
+    table = pa.table({"ts_ms": [5 * HOUR + 1, None], "v": [1, 2]})
+    got = split(Layout(("year", "month", "day", "hour"), "ts_ms"), table)
+    assert got == {
+        "year=1970/month=01/day=01/hour=05": [{"ts_ms": 5 * HOUR + 1, "v": 1}],
+        "year=__None__/month=__None__/day=__None__/hour=__None__": [{"ts_ms": None, "v": 2}],
+    }
+
+
+def test_identity_columns_leave_the_file_and_rows_keep_their_order() -> None:
+    table = pa.table({"city": ["b", "a", "b", None], "v": [1, 2, 3, 4]})
+    got = split(Layout(("city",), None), table)
+    assert got == {
+        "city=a": [{"v": 2}],
+        "city=b": [{"v": 1}, {"v": 3}],
+        f"city={NULL_PARTITION}": [{"v": 4}],
+    }
+
+
+def test_values_that_would_break_a_path_are_percent_encoded() -> None:
+    table = pa.table({"c": ["a/b", "x=y", "50%", "ok-1.2_3", "\n"], "v": [1, 2, 3, 4, 5]})
+    assert sorted(split(Layout(("c",), None), table)) == [
+        "c=%0A",
+        "c=50%25",
+        "c=a%2Fb",
+        "c=ok-1.2_3",
+        "c=x%3Dy",
+    ]
+
+
+def test_times_before_1970_round_down_and_a_missing_identity_column_is_null() -> None:
+    table = pa.table({"ts": pa.array([-1, 0, -HOUR - 1], pa.int64()), "v": [1, 2, 3]})
+    got = split(Layout(("year", "month", "day", "hour", "c"), "ts"), table)
+    assert got == {
+        "year=1969/month=12/day=31/hour=22/c=__None__": [{"ts": -HOUR - 1, "v": 3}],
+        "year=1969/month=12/day=31/hour=23/c=__None__": [{"ts": -1, "v": 1}],
+        "year=1970/month=01/day=01/hour=00/c=__None__": [{"ts": 0, "v": 2}],
+    }
+
+
+@pytest.mark.parametrize(("unit", "value"), [("s", 5 * 3600), ("us", 5 * HOUR * 1000)])
+def test_integer_units(unit: str, value: int) -> None:
+    table = pa.table({"t": [value]})
+    assert list(split(Layout(("hour",), "t", unit), table)) == ["hour=05"]
+
+
+def test_a_float_partition_column_is_a_record_error() -> None:
+    with pytest.raises(RecordError, match="hive column 'x' has type double"):
+        split(Layout(("x",), None), pa.table({"x": [1.5], "v": [1]}))
+
+
+def test_a_missing_timestamp_is_a_record_error_naming_it() -> None:
+    with pytest.raises(RecordError, match="timestamp column 'ts_ms'"):
+        split(Layout(("day",), "ts_ms"), pa.table({"v": [1]}))
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.text(max_size=5)), st.integers(0, 10**13)),
+        max_size=40,
+    )
+)
+def test_split_keeps_every_row_exactly_once(rows: list[tuple[str | None, int]]) -> None:
+    table = pa.table(
+        {
+            "c": pa.array([r[0] for r in rows], pa.string()),
+            "ts": pa.array([r[1] for r in rows], pa.int64()),
+            "i": list(range(len(rows))),
+        }
+    )
+    parts = list(Layout(("day", "c"), "ts").split(table))
+    ids = sorted(i for _, part in parts for i in part.column("i").to_pylist())
+    assert ids == list(range(len(rows)))
+    assert len({p for p, _ in parts}) == len(parts)
+
+
+def test_options_validate_names() -> None:
+    with pytest.raises(OptionError, match="table_name"):
+        TSDataLakeOptions.from_options({"path": "/tmp/x", "table_name": "_hidden"})
+    with pytest.raises(OptionError, match="each column once"):
+        TSDataLakeOptions.from_options({"path": "/tmp/x", "table_name": "t", "hive_columns": "a,a"})
+    opts = TSDataLakeOptions.from_options({"s3_prefix": "/tmp/x", "table_name": "t"})
+    assert opts.path == "/tmp/x"
+    assert opts.timestamp_column == "ts_ms"
+
+
+def test_the_catalog_token_never_shows() -> None:
+    opts = TSDataLakeOptions.from_options(
+        {"path": "/tmp/x", "table_name": "t", "catalog_auth_token": "s3cr3t"}
+    )
+    assert "s3cr3t" not in repr(opts)
+    assert "s3cr3t" not in str(opts.redacted())
+
+
+@pytest.mark.parametrize("key", [b"\x00raw", "sensor-a", 42, 1.5, True])
+def test_keys_survive_the_spool(key: Any) -> None:
+    back = decode_key(encode_key(key))
+    assert back == key
+    assert type(back) is type(key)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+CONFIG = {"stream_timeout_ms": 1000, "stream_timeout_state": "memory"}
+
+
+def test_the_watcher_fires_keys_the_commits_recorded(tmp_path: Path) -> None:
+    clock = Clock()
+    fired: list[Any] = []
+    spool = SilenceSpool("q1", str(tmp_path))
+    watcher = SilenceWatcher(
+        "q1", on_stream_timeout=fired.append, directory=str(tmp_path), since_ms=0, clock=clock
+    )
+    spool.record([(b"a", clock.now), (b"b", clock.now)], config=CONFIG, now_ms=clock.now)
+    assert watcher.poll() == 2
+    assert watcher.tracker is not None
+    watcher.tracker.stop()  # driven by hand below
+    clock.now += 600
+    spool.record([(b"b", clock.now)], config=CONFIG, now_ms=clock.now)
+    assert watcher.poll() == 1
+    clock.now += 500  # a: 1100 ms silent, b: 500
+    assert watcher.tracker.check_now() == [b"a"]
+    clock.now += 600
+    assert watcher.tracker.check_now() == [b"b"]
+    assert fired == [b"a", b"b"]
+    # a commit that replays old times changes nothing
+    spool.record([(b"a", clock.now - 2000)], config=CONFIG, now_ms=clock.now)
+    assert watcher.poll() == 0
+
+
+def test_memory_state_ignores_times_from_before_the_application_started(tmp_path: Path) -> None:
+    clock = Clock()
+    spool = SilenceSpool("q2", str(tmp_path))
+    spool.record([("old", clock.now - 500)], config=CONFIG, now_ms=clock.now)
+    memory = SilenceWatcher(
+        "q2", on_stream_timeout=print, directory=str(tmp_path), since_ms=clock.now, clock=clock
+    )
+    assert memory.poll() == 0
+    spool.record([], config={**CONFIG, "stream_timeout_state": "persisted"}, now_ms=clock.now + 1)
+    persisted = SilenceWatcher(
+        "q2", on_stream_timeout=print, directory=str(tmp_path), since_ms=clock.now, clock=clock
+    )
+    assert persisted.poll() == 1
+    assert persisted.tracker is not None
+    persisted.tracker.stop()
+
+
+def test_the_spool_prunes_keys_silent_for_three_timeouts(tmp_path: Path) -> None:
+    spool = SilenceSpool("q3", str(tmp_path))
+    assert spool.record([("a", 0), ("b", 2500)], config=CONFIG, now_ms=3000) == 1
+    assert [decode_key(k) for k, _ in (spool.read() or {})["keys"]] == ["b"]
+
+
+def test_without_a_callback_nothing_is_tracked(tmp_path: Path) -> None:
+    SilenceSpool("q4", str(tmp_path)).record([("a", 0)], config=CONFIG, now_ms=0)
+    watcher = SilenceWatcher("q4", directory=str(tmp_path), since_ms=0)
+    assert watcher.poll() == 0
+    assert watcher.tracker is None
