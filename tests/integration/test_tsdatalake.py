@@ -564,3 +564,37 @@ def test_nulls_and_hostile_values_reach_catalog_readers(
     write(df, tmp_path, **catalog_options(rest, table_name="hostile", hive_columns="city"))
     got = {r["id"]: r["city"] for r in iceberg_rows(rest, "hostile")}
     assert got == dict(enumerate(cities))  # __None__ in the path is a null in the catalog
+
+
+def test_a_lake_on_s3_is_registered_with_the_sinks_credentials(
+    spark: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from tests.services.iceberg_rest import IcebergRestServer
+
+    store = make_store("s3", request)
+    o = store.options
+    s3 = {
+        "s3.endpoint": o["endpoint_url"],
+        "s3.region": o["region_name"],
+        "s3.access-key-id": o["aws_access_key_id"],
+        "s3.secret-access-key": o["aws_secret_access_key"],
+        "s3.force-virtual-addressing": "false",
+    }
+    with IcebergRestServer(token=TOKEN, properties=s3) as rest:
+        options = {**store.options, **catalog_options(rest, hive_columns="day,sensor")}
+        write(readings(spark, 24), store.url, **options)
+        table = RestCatalog("r", uri=rest.url, token=TOKEN, **s3).load_table("default.readings")
+        assert table.location() == f"{store.url}/_quixsinks/readings/iceberg"
+        rows = table.scan().to_arrow().to_pylist()
+        assert sorted(r["id"] for r in rows) == list(range(24))
+        assert {r["sensor"] for r in rows} == {"s0", "s1", "s2"}
+
+
+def test_catalog_registration_refuses_the_stores_it_has_not_been_tested_on(
+    spark: Any, request: pytest.FixtureRequest, rest: Any
+) -> None:
+    store = make_store("azure", request)
+    with pytest.raises(Exception, match="supports tables on local disk and S3"):
+        write(readings(spark, 3), store.url, **store.options, **catalog_options(rest))

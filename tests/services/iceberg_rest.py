@@ -47,8 +47,11 @@ class _Named:
 class IcebergRestServer:
     """A REST catalog on a free port of 127.0.0.1, served from a thread of this process."""
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, properties: dict[str, str] | None = None) -> None:
+        """``properties``: more SqlCatalog properties, e.g. the S3 endpoint and keys of the
+        object store the tables live on (a real catalog has its own storage credentials)."""
         self.token = token
+        self.properties = dict(properties or {})
         self.unauthorized = 0  # requests refused for a missing or wrong token
         self.root = Path(tempfile.mkdtemp(prefix="quixsinks-iceberg-rest-"))
         self.warehouse = f"file://{self.root}/warehouse"
@@ -65,7 +68,10 @@ class IcebergRestServer:
 
         (self.root / "warehouse").mkdir()
         self._catalog = SqlCatalog(
-            "rest", uri=f"sqlite:///{self.root}/catalog.db", warehouse=self.warehouse
+            "rest",
+            uri=f"sqlite:///{self.root}/catalog.db",
+            warehouse=self.warehouse,
+            **self.properties,
         )
         handler = type("Handler", (_Handler,), {"rest": self})
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -178,6 +178,13 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     value=",".join(opts.hive_columns),
                 )
         if opts.catalog_url:
+            if not self.target.url.startswith(("/", "s3://")):
+                raise OptionError(
+                    f"tsdatalake: catalog registration (catalog_url) supports tables on local "
+                    f"disk and S3 in this release, not {self.target.url}",
+                    option="catalog_url",
+                    value=opts.catalog_url,
+                )
             import_pyiceberg()  # the iceberg extra, before any data moves
             # the rows' columns when known now (JSON values: from the first micro-batch)
             self.catalog_rows = (
