@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, RecordError
@@ -98,3 +101,58 @@ def test_key_serializer_gets_the_key_and_the_value_like_quix() -> None:
     assert sink.records is not None
     commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
     assert commands.keys.to_pylist() == [b"a/7"]
+
+
+class _ScriptedSocket:
+    """Answers with canned reply bytes, cut into the given chunk sizes."""
+
+    def __init__(self, replies: bytes, cuts: list[int]) -> None:
+        self.chunks: list[bytes] = []
+        start = 0
+        for cut in cuts:
+            if start < len(replies):
+                self.chunks.append(replies[start : start + cut])
+                start += cut
+        if start < len(replies):
+            self.chunks.append(replies[start:])
+        self.sent: list[bytes] = []
+
+    def sendall(self, body: Any) -> None:
+        self.sent.append(bytes(body))
+
+    def recv(self, size: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+class _Conn:
+    def __init__(self, sock: _ScriptedSocket) -> None:
+        self._sock = sock
+
+
+@given(
+    kinds=st.lists(
+        st.sampled_from(["+OK", ":1", ":-3", "-WRONGTYPE bad", "$2\r\nab"]), min_size=1, max_size=40
+    ),
+    cuts=st.lists(st.integers(1, 9), max_size=80),
+    per_window=st.integers(1, 7),
+    simple=st.booleans(),
+)
+def test_replies_are_counted_or_parsed_alike_however_they_arrive(
+    kinds: list[str], cuts: list[int], per_window: int, simple: bool
+) -> None:
+    """Counting one-line replies in the received bytes finds the same errors, at the same
+    (pipeline, reply) places, as parsing every reply, wherever the chunks are cut."""
+    windows = [
+        redis_sink.Window(pa.py_buffer(b"x"), len(kinds[i : i + per_window]), i, pa.array([1]))
+        for i in range(0, len(kinds), per_window)
+    ]
+    replies = b"".join(k.encode() + b"\r\n" for k in kinds)
+    sock = _ScriptedSocket(replies, cuts)
+    errors = redis_sink._exchange(windows, _Conn(sock), simple=simple)
+    expected = [
+        (i // per_window, i % per_window, "WRONGTYPE bad")
+        for i, k in enumerate(kinds)
+        if k.startswith("-")
+    ]
+    assert errors == expected
+    assert len(sock.sent) == len(windows)

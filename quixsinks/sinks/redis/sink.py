@@ -20,8 +20,10 @@ entries and the driver appends them with one Lua script under a fenced ledger: e
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
@@ -178,6 +180,9 @@ class Window:
     row0: int
     counts: pa.Array  # commands per row of the window
 
+
+#: data types whose commands (SET, HSET, DEL, EXPIRE, SADD) answer one-line replies only
+SIMPLE_REPLIES = ("string", "hash", "set")
 
 #: pipelines sent back to back (the next one is on its way while the previous one's
 #: replies are read) and retried together: they are overwrites, safe to send again
@@ -595,7 +600,8 @@ class RedisSink(Sink[RedisOptions, str]):
             raise
 
     def _pipelines(self, windows: list[Window], keys: pa.Array, pool: Any = None) -> None:
-        errors = self._call(functools.partial(_exchange, windows), pool)
+        simple = self.options.data_type in SIMPLE_REPLIES
+        errors = self._call(functools.partial(_exchange, windows, simple=simple), pool)
         if not errors:
             return
         window, index, message = errors[0]
@@ -894,9 +900,15 @@ def _simple(command: tuple[Any, ...], conn: Any) -> Any:
     return conn.read_response()
 
 
-def _exchange(windows: list[Window], conn: Any) -> list[tuple[int, int, str]]:
+def _exchange(windows: list[Window], conn: Any, simple: bool = False) -> list[tuple[int, int, str]]:
     """Send the pipelines, each as soon as the one before is on the wire, and read every
-    reply with hiredis; the error replies as (window, reply index, message)."""
+    reply; the error replies as (window, reply index, message).
+
+    ``simple``: the commands answer one-line status or integer replies only (``+OK``,
+    ``:1``): while every received line is one, the replies are counted in the received
+    bytes instead of being parsed one by one (a third of the sink's CPU on SET pipelines);
+    from the first other line on (an error reply), hiredis parses the rest.
+    """
     import hiredis
 
     sock = conn._sock
@@ -905,28 +917,52 @@ def _exchange(windows: list[Window], conn: Any) -> list[tuple[int, int, str]]:
         sock = conn._sock
     reader = hiredis.Reader()
     errors: list[tuple[int, int, str]] = []
-    if windows:
-        sock.sendall(windows[0].body)
-    for number, window in enumerate(windows):
-        if number + 1 < len(windows):
-            # at most two pipelines' replies are outstanding: a few kB, never enough to
-            # fill the socket buffers and block the server while we send
-            sock.sendall(windows[number + 1].body)
-        got = 0
-        while got < window.replies:
+    if not windows:
+        return errors
+    ends = list(itertools.accumulate(w.replies for w in windows))  # replies before window k+1
+    total, sent, got = ends[-1], 0, 0
+    pending = b""  # received bytes after the last complete line (counting mode)
+    counting = simple
+    while got < total:
+        # the replies of at most two pipelines are outstanding: a few kB, never enough to
+        # fill the socket buffers and block the server while we send
+        current = bisect.bisect_right(ends, got)
+        while sent < min(current + 2, len(windows)):
+            sock.sendall(windows[sent].body)
+            sent += 1
+        if not counting:
             reply = reader.gets()
-            if reply is False:
-                try:
-                    data = sock.recv(1 << 20)
-                except TimeoutError as exc:
-                    raise OSError(f"no reply within socket_timeout: {exc}") from None
-                if not data:
-                    raise OSError("the server closed the connection")
-                reader.feed(data)
+            if reply is not False:
+                if isinstance(reply, hiredis.ReplyError):
+                    window = bisect.bisect_right(ends, got)
+                    errors.append((window, got - (ends[window - 1] if window else 0), str(reply)))
+                got += 1
                 continue
-            if isinstance(reply, hiredis.ReplyError):
-                errors.append((number, got, str(reply)))
-            got += 1
+        try:
+            data = sock.recv(1 << 20)
+        except TimeoutError as exc:
+            raise OSError(f"no reply within socket_timeout: {exc}") from None
+        if not data:
+            raise OSError("the server closed the connection")
+        if not counting:
+            reader.feed(data)
+            continue
+        data = pending + data
+        end = data.rfind(b"\r\n") + 2
+        complete = data[:end] if end >= 2 else b""
+        lines = complete.count(b"\r\n")
+        inner = complete[:-2]
+        if (
+            lines
+            and complete[0] in b"+:"
+            and (inner.count(b"\r\n+") + inner.count(b"\r\n:") == lines - 1)
+        ):
+            got += lines
+            pending = data[end:] if end >= 2 else data
+        else:  # an error (or another kind of) reply: parse from here on
+            counting = False
+            reader.feed(data)
+            pending = b""
     return errors
 
 
