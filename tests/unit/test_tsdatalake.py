@@ -207,11 +207,15 @@ def lake_options(**extra: str) -> TSDataLakeOptions:
     [
         ("year,month,day,hour,city", pa.timestamp("us", "UTC"), ["hour(ts_ms)", "city"]),
         ("city,year,month", pa.timestamp("us"), ["city", "month(ts_ms)"]),
+        ("year,month,city", pa.timestamp("us"), ["month(ts_ms)", "city"]),
         ("year", pa.timestamp("us", "UTC"), ["year(ts_ms)"]),
         # an integer epoch: Iceberg's time transforms take timestamps only
         ("year,month,day", pa.int64(), ["year", "month", "day"]),
         # a chain with a gap (day without month) has no single transform
         ("year,day", pa.timestamp("us", "UTC"), ["year", "day"]),
+        # ... and so has a chain split by another column, or out of order
+        ("year,city,month", pa.timestamp("us", "UTC"), ["year", "city", "month"]),
+        ("month,year", pa.timestamp("us", "UTC"), ["month", "year"]),
         ("city", None, ["city"]),
     ],
 )
@@ -223,6 +227,21 @@ def test_the_partition_spec_is_equivalent_to_the_hive_columns(
     fields = spec_fields(lake_options(hive_columns=hive), ts_type)
     got = [f.source if f.transform == "identity" else f"{f.transform}({f.source})" for f in fields]
     assert got == expected
+
+
+@given(
+    st.permutations(["year", "month", "day", "hour", "city", "sensor"]).flatmap(
+        lambda order: st.integers(1, 6).map(lambda n: order[:n])
+    ),
+    st.sampled_from([pa.timestamp("us", "UTC"), pa.int64(), None]),
+)
+def test_a_spec_stands_for_exactly_its_hive_columns(
+    hive: list[str], ts_type: pa.DataType | None
+) -> None:
+    """Read back, the spec the sink creates is the layout it checks tables against."""
+    from quixsinks.sinks.tsdatalake.catalog import expand, spec_fields
+
+    assert expand(spec_fields(lake_options(hive_columns=",".join(hive)), ts_type)) == hive
 
 
 @given(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 12, 31)))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -69,9 +69,14 @@ class RegisteredFile:
 
 
 def _time_chain(opts: TSDataLakeOptions) -> str | None:
-    """The finest time column when the time columns are a prefix of year/month/day/hour."""
-    time = [c for c in TIME_COLUMNS if c in opts.time_columns]
+    """The finest time column when the hive columns hold a prefix of year/month/day/hour,
+    side by side and in that order (what one time transform stands for)."""
+    hive = list(opts.hive_columns)
+    time = [c for c in hive if c in TIME_COLUMNS]
     if not time or time != list(TIME_COLUMNS[: len(time)]):
+        return None
+    first = hive.index(time[0])
+    if hive[first : first + len(time)] != time:
         return None
     return time[-1]
 
@@ -96,16 +101,22 @@ def spec_fields(
 
 def hive_equivalent(spec: Any, schema: Any) -> list[str]:
     """The hive columns a table's partition spec stands for (``?`` for what has none)."""
+    return expand(
+        PartitionField(str(schema.find_column_name(f.source_id)), str(f.transform))
+        for f in spec.fields
+    )
+
+
+def expand(fields: Iterable[PartitionField]) -> list[str]:
+    """The hive columns of partition fields: a time transform stands for its chain."""
     out: list[str] = []
-    for field in spec.fields:
-        transform = str(field.transform)
-        source = schema.find_column_name(field.source_id)
-        if transform == "identity":
-            out.append(str(source))
-        elif transform in TIME_COLUMNS:
-            out.extend(TIME_COLUMNS[: TIME_COLUMNS.index(transform) + 1])
+    for field in fields:
+        if field.transform == "identity":
+            out.append(field.source)
+        elif field.transform in TIME_COLUMNS:
+            out.extend(TIME_COLUMNS[: TIME_COLUMNS.index(field.transform) + 1])
         else:
-            out.append(f"{transform}({source})?")
+            out.append(f"{field.transform}({field.source})?")
     return out
 
 
