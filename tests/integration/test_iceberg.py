@@ -14,7 +14,7 @@ import pytest
 
 import quixsinks
 from quixsinks.core.batch import SinkBatch, WriteContext
-from quixsinks.core.errors import OptionError
+from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt
 from quixsinks.sinks.iceberg import IcebergOptions, IcebergSink
 from quixsinks.sinks.iceberg.catalog import load_catalog
@@ -584,3 +584,225 @@ def test_hostile_column_names_and_values_round_trip(ice: dict[str, Any]) -> None
     sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
     back = ice["table"]("db.`odd`-table").scan().to_arrow().sort_by("id")
     assert back.to_pylist() == rows.to_pylist()
+
+
+# ----------------------------------------------------------------------------- Kafka JSON values
+
+T0_MS = 1714521600000
+
+
+def kafka_rows(records: list[tuple[str | None, str | None]], start: int = 0) -> pa.Table:
+    """Rows in Spark's Kafka source schema: binary key and JSON value, a day apart."""
+    n = len(records)
+    return pa.table(
+        {
+            "key": pa.array(
+                [k.encode() if k is not None else None for k, _ in records], pa.binary()
+            ),
+            "value": pa.array(
+                [v.encode() if v is not None else None for _, v in records], pa.binary()
+            ),
+            "topic": pa.array(["orders"] * n),
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(start, start + n), pa.int64()),
+            "timestamp": pa.array(
+                [(T0_MS + (start + i) * 86_400_000) * 1000 for i in range(n)],
+                pa.timestamp("us", "UTC"),
+            ),
+            "timestampType": pa.array([0] * n, pa.int32()),
+        }
+    )
+
+
+def commit_kafka_batch(
+    ice: dict[str, Any], batch_id: int, records: list[tuple[str | None, str | None]]
+) -> None:
+    """Plan, write and commit one micro-batch of Kafka-shaped rows (no Spark), in two task
+    partitions so that two JSON shapes evolve the table in one batch."""
+    rows = kafka_rows(records, start=batch_id * 100)
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows.schema)
+    assert sink.records is not None and sink.records.value_json
+    half = max(1, rows.num_rows // 2)
+    receipts: list[Receipt[Any]] = []
+    for partition, part in enumerate([rows.slice(0, half), rows.slice(half)]):
+        context = WriteContext("sink-k", batch_id, partition, f"a{partition}", True, "query-k")
+        staged = sink.write(SinkBatch(part, sink.records, context))
+        receipts.append(
+            Receipt(
+                "sink-k", batch_id, partition, f"a{partition}", query_id="query-k", staged=[staged]
+            )
+        )
+    sink.commit(CommitContext("sink-k", batch_id, True, "query-k"), receipts)
+
+
+def _subset(expected: Any, got: Any) -> bool:
+    """Whether every key of ``expected`` (JSON) is in ``got`` (read back) with its value;
+    keys the table has besides are null."""
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and all(k in got and _subset(v, got[k]) for k, v in expected.items())
+            and all(v is None for k, v in got.items() if k not in expected)
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(_subset(e, g) for e, g in zip(expected, got, strict=True))
+        )
+    if isinstance(expected, float) or isinstance(got, float):
+        return got is not None and expected is not None and float(got) == float(expected)
+    return bool(got == expected)
+
+
+KAFKA_BATCHES: list[list[tuple[str | None, str | None]]] = [
+    # a tombstone first, a JSON null, nested objects and arrays
+    [
+        ("k0", None),
+        ("k1", '{"id": 1, "v": 10, "geo": {"lat": 1.5, "lon": 2.5}}'),
+        ("k2", '{"id": 2, "v": 20, "tags": ["a", "b"]}'),
+        ("k3", "null"),
+    ],
+    # new keys appear (one null-only: no type yet), an int in the double column, a
+    # date-like string, a key missing from some rows
+    [
+        ("k4", '{"id": 4, "geo": {"lat": 3, "lon": 4.25, "alt": 100}, "note": null}'),
+        ("k5", '{"id": 5, "at": "2024-05-01", "tags": [], "flag": true}'),
+        (None, '{"id": 6, "v": 60, "empty": {}}'),
+    ],
+    # the null-only key gets a value, keys change again
+    [
+        ("k7", '{"id": 7, "note": "now text", "score": 0.5}'),
+        ("k8", '{"id": 8, "tags": ["c"], "deep": {"a": {"b": [1, 2]}}}'),
+    ],
+]
+
+
+def test_kafka_json_values_are_written_in_quix_layout_with_every_key(
+    ice: dict[str, Any],
+) -> None:
+    import json
+
+    for batch_id, records in enumerate(KAFKA_BATCHES):
+        commit_kafka_batch(ice, batch_id, records)
+    table = ice["table"]()
+    # Quix's layout and default partitioning
+    names = [f.name for f in table.schema().fields]
+    assert names[:2] == ["_key", "_timestamp"]
+    assert [str(f.field_type) for f in table.schema().fields[:2]] == ["string", "timestamptz"]
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
+        ("_key", "identity"),
+        ("_timestamp_day", "day"),
+    ]
+    assert not {"key", "value", "topic", "partition", "offset", "timestamp"} & set(names)
+    # every JSON key that ever held a value is a column
+    every_key = {
+        k
+        for records in KAFKA_BATCHES
+        for _, v in records
+        if v not in (None, "null")
+        for k, item in json.loads(v).items()
+        if item not in (None, {})
+    }
+    assert set(names) == {"_key", "_timestamp"} | every_key
+    assert str(table.schema().find_type("geo.alt")) == "long"
+    assert str(table.schema().find_type("deep.a.b.element")) == "long"
+    assert str(table.schema().find_type("geo.lat")) == "double"
+    assert str(table.schema().find_type("geo.lon")) == "double"
+    assert str(table.schema().find_type("note")) == "string"
+    # every record, once, every key with its value
+    back = table.scan().to_arrow().to_pylist()
+    assert len(back) == sum(map(len, KAFKA_BATCHES))
+    by_time = {r["_timestamp"]: r for r in back}
+    for batch_id, records in enumerate(KAFKA_BATCHES):
+        for i, (key, value) in enumerate(records):
+            stamp = datetime.datetime.fromtimestamp(
+                (T0_MS + (batch_id * 100 + i) * 86_400_000) / 1000, tz=datetime.timezone.utc
+            )
+            row = by_time.pop(stamp)
+            assert row["_key"] == key
+            parsed = json.loads(value) if value is not None else None
+            got = {k: v for k, v in row.items() if k not in ("_key", "_timestamp")}
+            expected = {k: v for k, v in (parsed or {}).items() if v not in (None, {})}
+            assert _subset(expected, got), (key, expected, got)
+    assert by_time == {}
+    summaries = snapshots(table)
+    assert [s["quixsinks.batch-id"] for s in summaries] == ["0", "1", "2"]
+
+
+def test_kafka_json_stream_through_spark(spark: Any, tmp_path: Path, ice: dict[str, Any]) -> None:
+    """The Kafka-shaped stream every sink gets (tests/integration/test_kafka_stream.py):
+    batches 0 and 1 land with every key; batch 2 turns `v` from a number into a string,
+    which the table refuses, naming the column."""
+    from .test_kafka_stream import run
+
+    with pytest.raises(Exception, match=r"JSON of batch 2 is incompatible.*\bv\b"):
+        run(spark, tmp_path, "iceberg", ice["options"])
+    table = ice["table"]()
+    assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+        ("_key", "string"),
+        ("_timestamp", "timestamptz"),
+        ("id", "long"),
+        ("v", "long"),
+        ("tag", "string"),
+        ("at", "string"),
+    ]
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["_key"])
+    assert [(r["_key"], r["id"], r["v"], r["tag"], r["at"]) for r in rows] == [
+        ("k0", None, None, None, None),
+        ("k1", 1, 10, None, None),
+        ("k2", 2, 20, None, None),
+        ("k3", 3, 30, "a", "2024-05-01"),
+        ("k4", None, None, None, None),
+    ]
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["0", "1"]
+
+
+def test_kafka_json_schema_freeze_refuses_a_new_key_and_takes_known_ones(
+    ice: dict[str, Any],
+) -> None:
+    commit_kafka_batch(ice, 0, [("k1", '{"id": 1, "v": 10}')])
+    ice["options"]["schema_mode"] = "freeze"
+    commit_kafka_batch(ice, 1, [("k2", '{"id": 2}'), ("k3", None), ("k4", '{"v": null}')])
+    with pytest.raises(
+        RecordError, match=r"the JSON of batch 2 does not fit .*schema_mode=freeze.*extra"
+    ):
+        commit_kafka_batch(ice, 2, [("k5", '{"id": 5, "extra": "x"}')])
+    rows = ice["table"]().scan().to_arrow().sort_by("_key").to_pylist()
+    assert [(r["_key"], r["id"], r["v"]) for r in rows] == [
+        ("k1", 1, 10),
+        ("k2", 2, None),
+        ("k3", None, None),
+        ("k4", None, None),
+    ]
+    assert [f.name for f in ice["table"]().schema().fields] == ["_key", "_timestamp", "id", "v"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"id": "one"}', r"incompatible with table db\.events.*\bid\b"),
+        ('{"id": 1.5}', r"incompatible with table db\.events.*\bid\b"),
+        ('{"_key": "mine"}', r"have a key '_key', which Quix's layout uses"),
+    ],
+)
+def test_kafka_json_values_the_table_cannot_take_fail_naming_the_key(
+    ice: dict[str, Any], value: str, message: str
+) -> None:
+    commit_kafka_batch(ice, 0, [("k1", '{"id": 1}')])
+    with pytest.raises(RecordError, match=message):
+        commit_kafka_batch(ice, 1, [("k2", value)])
+    assert ice["ids"]() == [1]
+
+
+def test_kafka_keys_that_are_not_text_fail_naming_the_row(ice: dict[str, Any]) -> None:
+    rows = kafka_rows([("k1", '{"id": 1}')]).set_column(
+        0, "key", pa.array([b"\xff\xfe"], pa.binary())
+    )
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows.schema)
+    assert sink.records is not None
+    context = WriteContext("sink-k", 0, 0, "a0", True, "query-k")
+    with pytest.raises(RecordError, match="row 0 of batch 0 has a key that is not UTF-8"):
+        sink.write(SinkBatch(rows, sink.records, context))

@@ -45,6 +45,7 @@ from .catalog import scrub as _scrub
 from .ledger import SnapshotLedgerStore, summary_properties
 from .options import IcebergOptions
 from .partitioning import QUIX_LAYOUT, PartitionField, parse_partition_by, to_transform
+from .quix_layout import conform_schema, layout_schema, layout_table
 
 __all__ = ["IcebergSink", "TablePlan"]
 
@@ -64,6 +65,9 @@ SWEEP_INTERVAL_SECONDS = 3600.0
 _PLANS_LOCK = threading.Lock()
 _PLANS: dict[tuple[Any, ...], TablePlan] = {}
 _METADATA: dict[str, Any] = {}
+#: (table location, a batch's parsed JSON schema) -> (the columns as written, the table
+#: metadata that holds them): an executor evolves the table once per new JSON shape
+_JSON_FITS: dict[tuple[str, pa.Schema], tuple[pa.Schema, Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -166,16 +170,28 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
         opts = self.options
-        _check_types(schema)
+        assert self.records is not None
+        json_values = self.records.value_json
+        # a JSON value (Kafka's): Quix's layout, _key and _timestamp now, the value
+        # columns added by the executors as each batch's JSON shows them
+        rows = layout_schema(schema, self.records) if json_values else schema
+        _check_types(rows)
         if opts.partition_by is not None:
             self.partition_fields = parse_partition_by(opts.partition_by)
-        elif all(f.source in schema.names for f in QUIX_LAYOUT):
+        elif all(f.source in rows.names for f in QUIX_LAYOUT):
             self.partition_fields = QUIX_LAYOUT
         for pf in self.partition_fields:
-            if pf.source not in schema.names:
+            if pf.source not in rows.names:
+                note = (
+                    " (the value is JSON, parsed per batch: a new table can be partitioned by "
+                    "_key and _timestamp only; partition by a JSON key on a table that has "
+                    "the column already, or set value_format=columns)"
+                    if json_values
+                    else ""
+                )
                 raise OptionError(
                     f"iceberg: 'partition_by' names column {pf.source!r}, which the DataFrame "
-                    f"does not have; its columns are: {', '.join(schema.names)}",
+                    f"does not have; its columns are: {', '.join(rows.names)}{note}",
                     option="partition_by",
                     value=opts.partition_by,
                 )
@@ -183,7 +199,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         with _PLANS_LOCK:
             plan = _PLANS.get(key)
         if plan is None:
-            plan = self._ensure_table(schema)
+            plan = self._ensure_table(rows)
             with _PLANS_LOCK:
                 _PLANS[key] = plan
         self.plan = plan
@@ -273,9 +289,10 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         )
         return table
 
-    def _reconcile(self, table: Any, schema: pa.Schema) -> bool:
-        """Check the DataFrame fits the table; evolve it (schema_mode=evolve). False when a
-        concurrent schema change won (reload and try again)."""
+    def _reconcile(self, table: Any, schema: pa.Schema, source: str = "the DataFrame") -> bool:
+        """Check the DataFrame (or a batch's JSON values: ``source``) fits the table; evolve
+        it (schema_mode=evolve). False when a concurrent schema change won (reload and try
+        again)."""
         from pyiceberg.exceptions import CommitFailedException
 
         opts = self.options
@@ -284,7 +301,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         missing = [f.name for f in current.fields if f.required and f.name not in names]
         if missing:
             raise OptionError(
-                f"iceberg: table {opts.table_name} has required columns the DataFrame lacks: "
+                f"iceberg: table {opts.table_name} has required columns {source} lacks: "
                 f"{', '.join(missing)}",
                 option="table_name",
                 value=opts.table_name,
@@ -295,7 +312,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             evolved = update._apply()
         except Exception as exc:
             raise OptionError(
-                f"iceberg: the DataFrame's schema is incompatible with table "
+                f"iceberg: the schema of {source} is incompatible with table "
                 f"{opts.table_name} ({exc}); only new columns and safe widening (int to "
                 "bigint, float to double, wider decimal) are allowed",
                 option="schema_mode",
@@ -306,7 +323,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         changes = sorted(set(map(str, evolved.fields)) - set(map(str, current.fields)))
         if opts.schema_mode == "freeze":
             raise OptionError(
-                f"iceberg: the DataFrame does not fit table {opts.table_name} and "
+                f"iceberg: {source} does not fit table {opts.table_name} and "
                 f"schema_mode=freeze: it would need {'; '.join(changes)}",
                 option="schema_mode",
                 value="freeze",
@@ -342,13 +359,51 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         table = self._load_table()
         self.options.ledger(SnapshotLedgerStore(table)).check(context.sink_id, context.query_id)
 
+    def _json_rows(self, batch: Any) -> tuple[pa.Table, Any]:
+        """A batch with a JSON value in Quix's layout, and the table metadata to write it
+        with: the table's schema is evolved (schema_mode=evolve) when the JSON has keys or
+        types it lacks, once per process and JSON shape."""
+        assert self.plan is not None
+        rows = layout_table(batch)
+        cache_key = (self.plan.location, rows.schema)
+        fit = _JSON_FITS.get(cache_key)
+        if fit is None:
+            fit = self._evolve_for(rows.schema, f"the JSON of batch {batch.batch_id}")
+            if len(_JSON_FITS) > 64:
+                _JSON_FITS.clear()
+            _JSON_FITS[cache_key] = fit
+        columns, metadata = fit
+        return rows.select(columns.names).cast(columns), metadata
+
+    def _evolve_for(self, parsed: pa.Schema, source: str) -> tuple[pa.Schema, Any]:
+        """Evolve the table to hold ``parsed`` (an executor, between tasks of other
+        partitions doing the same: a lost race reloads and checks again)."""
+        for _ in range(10):
+            table = self._load_table()
+            columns = conform_schema(parsed, table.schema())
+            try:
+                _check_types(columns)
+                if self._reconcile(table, columns, source):
+                    break
+            except OptionError as exc:
+                raise RecordError(str(exc)) from None
+        else:
+            raise CommitError(
+                f"iceberg: the schema of {self.options.table_name} kept changing while "
+                f"{source} were added to it (10 attempts)"
+            )
+        table = self._load_table()
+        return conform_schema(parsed, table.schema()), table.metadata
+
     def write(self, batch: Any) -> list[Any]:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+        if batch.records.value_json:
+            rows, metadata = self._json_rows(batch)
+        else:
+            rows, metadata = batch.table, self._metadata()
         try:
-            files = list(
-                _dataframe_to_data_files(self._metadata(), batch.table, self._io(), uuid.uuid4())
-            )
+            files = list(_dataframe_to_data_files(metadata, rows, self._io(), uuid.uuid4()))
         except (ValueError, TypeError) as exc:
             raise RecordError(
                 f"iceberg: batch {batch.batch_id} partition {batch.partition_id} cannot be "
