@@ -14,7 +14,7 @@ import pytest
 
 import quixsinks
 from quixsinks.core.batch import SinkBatch, WriteContext
-from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.core.errors import LedgerFenceError, OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt
 from quixsinks.sinks.iceberg import IcebergOptions, IcebergSink
 from quixsinks.sinks.iceberg.catalog import load_catalog
@@ -622,7 +622,8 @@ def commit_kafka_batch(
     rows = kafka_rows(records, start=batch_id * 100)
     sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
     sink.prepare(rows.schema)
-    assert sink.records is not None and sink.records.value_json
+    assert sink.records is not None
+    assert sink.records.value_json
     half = max(1, rows.num_rows // 2)
     receipts: list[Receipt[Any]] = []
     for partition, part in enumerate([rows.slice(0, half), rows.slice(half)]):
@@ -806,3 +807,139 @@ def test_kafka_keys_that_are_not_text_fail_naming_the_row(ice: dict[str, Any]) -
     context = WriteContext("sink-k", 0, 0, "a0", True, "query-k")
     with pytest.raises(RecordError, match="row 0 of batch 0 has a key that is not UTF-8"):
         sink.write(SinkBatch(rows, sink.records, context))
+
+
+# ----------------------------------------------------------------------------- snapshot expiry
+
+
+def commit_ids(
+    ice: dict[str, Any], sink_id: str, query_id: str, batch_id: int, ids: range
+) -> IcebergSink:
+    """Write and commit one batch of ``ids`` (query_id "": a batch write); no Spark."""
+    rows = pa.table({"id": pa.array(ids, pa.int64())})
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows.schema)
+    assert sink.records is not None
+    streaming = bool(query_id)
+    context = WriteContext(sink_id, batch_id, 0, "a0", streaming, query_id)
+    staged = sink.write(SinkBatch(rows, sink.records, context))
+    receipt: Receipt[Any] = Receipt(sink_id, batch_id, 0, "a0", query_id=query_id, staged=[staged])
+    sink.commit(CommitContext(sink_id, batch_id, streaming, query_id), [receipt])
+    return sink
+
+
+def _later(monkeypatch: pytest.MonkeyPatch, days: float) -> None:
+    """The sink's clock ``days`` ahead (snapshots keep their real commit times)."""
+    import quixsinks.sinks.iceberg.sink as sink_module
+
+    real = sink_module._now_ms
+    monkeypatch.setattr(sink_module, "_now_ms", lambda: real() + days * 86_400_000)
+
+
+def test_expire_snapshots_older_than_carries_each_streaming_sink_ids_newest_entry(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ice["options"]["expire_snapshots_older_than"] = "7d"
+    commit_ids(ice, "sink-old", "query-old", 0, range(0, 3))  # a query that stopped
+    commit_ids(ice, "write-1", "", 0, range(3, 6))  # a batch write: never replayed
+    for batch in range(5):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch * 3, 13 + batch * 3))
+    assert len(ice["table"]().metadata.snapshots) == 7  # all younger than 7 days
+    _later(monkeypatch, 8)
+    commit_ids(ice, "sink-a", "query-a", 5, range(25, 28))
+    table = ice["table"]()
+    assert [(s["quixsinks.sink-id"], s["quixsinks.batch-id"]) for s in snapshots(table)] == [
+        ("sink-a", "5")
+    ]
+    # the stopped query's newest entry went into a table property with the expiry; the
+    # batch write's did not (a batch write is never replayed)
+    carried = {k: v for k, v in table.properties.items() if k.startswith("quixsinks.")}
+    assert carried == {"quixsinks.ledger.sink-old": "0:query-old"}
+    every = [*range(0, 6), *range(10, 28)]
+    assert ice["ids"]() == every
+    # the old query restarted from its checkpoint replays its last batch: recognised
+    commit_ids(ice, "sink-old", "query-old", 0, range(0, 3))
+    commit_ids(ice, "sink-a", "query-a", 5, range(25, 28))
+    assert ice["ids"]() == every
+    assert len(ice["table"]().metadata.snapshots) == 1
+    # and the sink id still belongs to it: a new checkpoint reusing it is fenced
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query query-old"):
+        commit_ids(ice, "sink-old", "query-new", 0, range(100, 103))
+    assert ice["ids"]() == every
+    # the old query goes on; when its new snapshot is expired, the carried entry follows
+    commit_ids(ice, "sink-old", "query-old", 1, range(3, 4))
+    commit_ids(ice, "sink-a", "query-a", 6, range(28, 29))
+    table = ice["table"]()
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["6"]
+    assert table.properties["quixsinks.ledger.sink-old"] == "1:query-old"
+    commit_ids(ice, "sink-old", "query-old", 1, range(3, 4))  # a replay: recognised
+    assert ice["ids"]() == sorted([*every, 3, 28])
+
+
+def test_a_takeover_survives_the_expiry_of_its_marker(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """query-b takes sink-x over from query-a (the marker is in query-b's first snapshot);
+    once every snapshot of both is expired, query-b still owns sink-x and query-a's
+    entries do not come back."""
+    ice["options"]["expire_snapshots_older_than"] = "1d"
+    commit_ids(ice, "sink-x", "query-a", 0, range(0, 1))
+    commit_ids(ice, "sink-x", "query-a", 1, range(1, 2))
+    ice["options"]["takeover_query_id"] = "query-a"
+    commit_ids(ice, "sink-x", "query-b", 0, range(2, 3))
+    del ice["options"]["takeover_query_id"]
+    commit_ids(ice, "sink-x", "query-b", 1, range(3, 4))
+    summaries = snapshots(ice["table"]())
+    assert summaries[2]["quixsinks.takeover-of"] == "query-a"
+    _later(monkeypatch, 2)
+    for batch in range(3):
+        commit_ids(ice, "sink-y", "query-y", batch, range(10 + batch, 11 + batch))
+    table = ice["table"]()
+    assert [s["quixsinks.sink-id"] for s in snapshots(table)] == ["sink-y"]
+    assert table.properties["quixsinks.ledger.sink-x"] == "1:query-b"
+    commit_ids(ice, "sink-x", "query-b", 1, range(3, 4))  # query-b's replay: recognised
+    commit_ids(ice, "sink-x", "query-b", 2, range(4, 5))  # and it goes on
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query query-b"):
+        commit_ids(ice, "sink-x", "query-a", 2, range(100, 101))
+    assert ice["ids"]() == [0, 1, 2, 3, 4, 10, 11, 12]
+
+
+def test_keep_snapshots_carries_the_ledger_entry_of_another_sink_id(ice: dict[str, Any]) -> None:
+    ice["options"]["keep_snapshots"] = "2"
+    commit_ids(ice, "sink-old", "query-old", 7, range(0, 3))
+    for batch in range(6):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch, 11 + batch))
+    table = ice["table"]()
+    # expired in bulk at the 5th snapshot (more to expire than the 2 kept): sink-old's
+    # snapshot went, its entry is in a table property
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["2", "3", "4", "5"]
+    assert table.properties["quixsinks.ledger.sink-old"] == "7:query-old"
+    commit_ids(ice, "sink-old", "query-old", 7, range(0, 3))  # its replay: recognised
+    assert ice["ids"]() == [0, 1, 2, *range(10, 16)]
+    # once the branch holds a newer entry of sink-old, the carried one is removed
+    for batch in (6, 7, 8):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch, 11 + batch))
+    commit_ids(ice, "sink-old", "query-old", 8, range(3, 4))
+    table = ice["table"]()
+    assert [(s["quixsinks.sink-id"], s["quixsinks.batch-id"]) for s in snapshots(table)] == [
+        ("sink-a", "8"),
+        ("sink-old", "8"),
+    ]
+    assert "quixsinks.ledger.sink-old" not in table.properties
+    commit_ids(ice, "sink-old", "query-old", 8, range(3, 4))  # its replay: recognised
+    assert ice["ids"]() == [0, 1, 2, 3, *range(10, 19)]
+
+
+def test_keep_snapshots_with_an_age_limit_expires_only_old_snapshots_past_the_newest_n(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ice["options"]["keep_snapshots"] = "2"
+    ice["options"]["expire_snapshots_older_than"] = "1h"
+    for batch in range(6):
+        commit_ids(ice, "sink-a", "query-a", batch, range(batch, batch + 1))
+    assert len(ice["table"]().metadata.snapshots) == 6  # past 2N, but none is an hour old
+    _later(monkeypatch, 1 / 12)  # two hours on
+    commit_ids(ice, "sink-a", "query-a", 6, range(6, 7))
+    table = ice["table"]()
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["5", "6"]
+    assert ice["ids"]() == list(range(7))

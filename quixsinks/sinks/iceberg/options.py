@@ -17,7 +17,13 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import REDACTED, option
 from quixsinks.core.sink import LedgerOptions
 
-__all__ = ["CATALOG_PREFIX", "CATALOG_TYPES", "IcebergOptions", "is_secret_property"]
+__all__ = [
+    "CATALOG_PREFIX",
+    "CATALOG_TYPES",
+    "IcebergOptions",
+    "is_secret_property",
+    "parse_duration",
+]
 
 #: option prefix of catalog properties passed through to pyiceberg
 CATALOG_PREFIX = "catalog."
@@ -25,9 +31,57 @@ CATALOG_PREFIX = "catalog."
 CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "in-memory", "bigquery")
 _CATALOG_TYPE_ALIASES = {"aws_glue": "glue", "memory": "in-memory", "sqlite": "sql"}
 
-_SECRET_WORDS = re.compile(r"(secret|token|credential|password|key-id|access-key|sas|signer)")
+_SECRET_WORDS = re.compile(
+    r"(secret|token|credential|password|key-id|access-key|account-key|sas|signer)"
+)
+#: a duration: a number and an optional unit (seconds without one)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "s": 1,
+    "sec": 1,
+    "secs": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "mins": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
+    "w": 604800,
+    "week": 604800,
+    "weeks": 604800,
+}
 
 T = TypeVar("T", bound="IcebergOptions")
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds of a duration such as ``7d``, ``12h``, ``30m``, ``90s`` or ``3600``."""
+    match = _DURATION.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise OptionError(
+            f"iceberg: {option!r} has value {text!r}, expected a duration such as 7d, 12h, "
+            "30m or 90s (a plain number is seconds)",
+            option=option,
+            value=text,
+            allowed="a number with an optional unit s, m, h, d or w",
+        )
+    seconds = float(match.group(1)) * _UNITS[unit]
+    if seconds <= 0:
+        raise OptionError(
+            f"iceberg: {option!r} has value {text!r}, expected a duration above zero",
+            option=option,
+            value=text,
+        )
+    return seconds
 
 
 def is_secret_property(key: str) -> bool:
@@ -103,7 +157,14 @@ class IcebergOptions(LedgerOptions):
         None,
         minimum=1,
         doc="Expire snapshots beyond this many of the newest once there are twice as many "
-        "(keeps commit time flat); default: keep all",
+        "(keeps commit time flat); with expire_snapshots_older_than, the least kept; "
+        "default: keep all",
+    )
+    expire_snapshots_older_than: str | None = option(
+        None,
+        doc="Expire snapshots older than this (e.g. 7d, 12h, 30m, 90s; a plain number is "
+        "seconds), beyond the newest keep_snapshots; the newest snapshot of each streaming "
+        "sink id (its ledger entry) is never expired; default: no age limit",
     )
     catalog_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
@@ -147,6 +208,8 @@ class IcebergOptions(LedgerOptions):
                 "e.g. /data/warehouse, or an s3:// URI); its SQLite catalog file goes there",
                 option="warehouse",
             )
+        if self.expire_snapshots_older_than is not None:
+            parse_duration(self.expire_snapshots_older_than, "expire_snapshots_older_than")
         if kind == "rest" and self.catalog_uri is None:
             raise OptionError(
                 "iceberg: catalog_type=rest needs 'catalog_uri' (the REST catalog's URL)",
@@ -165,6 +228,12 @@ class IcebergOptions(LedgerOptions):
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.redacted().items() if v not in (None, (), {})}
         return "IcebergOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    @property
+    def expire_older_than_seconds(self) -> float | None:
+        """``expire_snapshots_older_than`` in seconds (None: no age limit)."""
+        text = self.expire_snapshots_older_than
+        return None if text is None else parse_duration(text, "expire_snapshots_older_than")
 
     @property
     def namespace(self) -> tuple[str, ...]:

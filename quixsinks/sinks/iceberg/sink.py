@@ -43,6 +43,7 @@ from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 from .catalog import catalog_properties, forget_catalog, import_pyiceberg, load_catalog, load_io
 from .catalog import scrub as _scrub
 from .ledger import SnapshotLedgerStore, summary_properties
+from .maintenance import carried_properties, snapshots_to_expire
 from .options import IcebergOptions
 from .partitioning import QUIX_LAYOUT, PartitionField, parse_partition_by, to_transform
 from .quix_layout import conform_schema, layout_schema, layout_table
@@ -65,7 +66,7 @@ SWEEP_INTERVAL_SECONDS = 3600.0
 _PLANS_LOCK = threading.Lock()
 _PLANS: dict[tuple[Any, ...], TablePlan] = {}
 _METADATA: dict[str, Any] = {}
-#: (table location, a batch's parsed JSON schema) -> (the columns as written, the table
+#: (the plan's table metadata, a batch's parsed JSON schema) -> (the columns as written, the table
 #: metadata that holds them): an executor evolves the table once per new JSON shape
 _JSON_FITS: dict[tuple[str, pa.Schema], tuple[pa.Schema, Any]] = {}
 
@@ -365,7 +366,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         types it lacks, once per process and JSON shape."""
         assert self.plan is not None
         rows = layout_table(batch)
-        cache_key = (self.plan.location, rows.schema)
+        cache_key = (self.plan.metadata_json, rows.schema)
         fit = _JSON_FITS.get(cache_key)
         if fit is None:
             fit = self._evolve_for(rows.schema, f"the JSON of batch {batch.batch_id}")
@@ -503,34 +504,53 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         )
 
     def _maintain(self) -> None:
-        """Expire snapshots beyond ``keep_snapshots`` once there are twice as many (best
-        effort: a failure is logged)."""
-        keep = self.options.keep_snapshots
-        if keep is None:
+        """Expire old snapshots (``keep_snapshots``, ``expire_snapshots_older_than``) in
+        bulk, never the ledger entries a restart needs (:mod:`.maintenance`); best effort:
+        a failure is logged."""
+        opts = self.options
+        keep = opts.keep_snapshots
+        max_age = opts.expire_older_than_seconds
+        if keep is None and max_age is None:
             return
         try:
             table = self._load_table()
-            from pyiceberg.table.snapshots import ancestors_of
-
-            meta = table.metadata
-            if len(meta.snapshots) <= 2 * keep:
-                return  # expire in bulk: one extra commit every `keep` micro-batches
-            kept = {
-                s.snapshot_id
-                for _, s in zip(
-                    range(keep), ancestors_of(meta.current_snapshot(), meta), strict=False
-                )
-            }
-            referenced = {ref.snapshot_id for ref in meta.refs.values()}
-            old = [s.snapshot_id for s in meta.snapshots if s.snapshot_id not in kept | referenced]
+            cutoff = None if max_age is None else int(_now_ms() - max_age * 1000)
+            old = snapshots_to_expire(table.metadata, keep, cutoff)
             if old:
-                table.maintenance.expire_snapshots().by_ids(old).commit()
+                self._expire(table, old)
         except Exception as exc:
             logger.warning(
                 "iceberg: expiring old snapshots of %s failed (the data is committed): %s",
-                self.options.table_name,
-                _scrub(str(exc), self.options),
+                opts.table_name,
+                _scrub(str(exc), opts),
             )
+
+    def _expire(self, table: Any, old: list[int]) -> None:
+        """One commit: the snapshots expired, the ledger entries they held that a restart
+        needs carried into table properties; refused if the branch moved meanwhile."""
+        from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
+        from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+        meta = table.metadata
+        to_set, to_remove = carried_properties(meta, set(old))
+        tx = table.transaction()
+        ExpireSnapshots(tx).by_ids(old).commit()
+        if to_set:
+            tx.set_properties(to_set)
+        if to_remove:
+            tx.remove_properties(*to_remove)
+        requirements = (
+            *tx._requirements,
+            AssertTableUUID(uuid=meta.table_uuid),
+            AssertRefSnapshotId(ref="main", snapshot_id=meta.current_snapshot_id),  # type: ignore[call-arg]
+        )
+        table.catalog.commit_table(table, requirements, tx._updates)
+        logger.info(
+            "iceberg: expired %d old snapshots of %s (ledger entries carried: %s)",
+            len(old),
+            self.options.table_name,
+            ", ".join(sorted(to_set)) or "none",
+        )
 
     def _sweep_orphans(self, force: bool = False) -> int:
         """Delete data files under the table's ``data/`` that no snapshot names and that are
@@ -625,6 +645,11 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             )
             keep = _referenced(table)
         self._delete_files(files, keep=keep)
+
+
+def _now_ms() -> float:
+    """The wall clock in milliseconds (snapshot timestamps are wall-clock times)."""
+    return time.time() * 1000
 
 
 def _referenced(table: Any) -> set[str]:
