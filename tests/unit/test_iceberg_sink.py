@@ -249,3 +249,20 @@ def test_azure_account_keys_are_redacted() -> None:
     assert "sas-value" not in repr(opts)
     assert "acct" in repr(opts)
     assert scrub("failed with azure-key-value", opts) == "failed with ***"
+
+
+def test_an_azure_warehouse_in_the_account_form_is_refused_saying_what_to_write() -> None:
+    options = {
+        "table_name": "db.t",
+        "catalog_uri": "sqlite:////tmp/c.db",
+        "warehouse": "abfss://lake@myaccount.dfs.core.windows.net/warehouse",
+    }
+    with pytest.raises(
+        OptionError,
+        match=r"write abfss://lake/warehouse with catalog\.adls\.account-name=myaccount",
+    ):
+        IcebergOptions.from_options(options)
+    fsspec = {**options, "catalog.py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    assert IcebergOptions.from_options(fsspec).warehouse == options["warehouse"]
+    plain = {**options, "warehouse": "abfss://lake/warehouse"}
+    assert IcebergOptions.from_options(plain).warehouse == "abfss://lake/warehouse"

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
+from urllib.parse import urlparse
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import REDACTED, option
@@ -29,6 +30,8 @@ __all__ = [
 CATALOG_PREFIX = "catalog."
 #: catalog types pyiceberg's ``load_catalog`` knows (``aws_glue`` is Quix's name for glue)
 CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "in-memory", "bigquery")
+#: URI schemes of Azure storage locations
+AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 _CATALOG_TYPE_ALIASES = {"aws_glue": "glue", "memory": "in-memory", "sqlite": "sql"}
 
 _SECRET_WORDS = re.compile(
@@ -116,7 +119,8 @@ class IcebergOptions(LedgerOptions):
     warehouse: str | None = option(
         None,
         aliases=("aws_s3_uri",),
-        doc="Where new tables' files go: a local directory or s3:// URI (Quix's aws_s3_uri)",
+        doc="Where new tables' files go: a local directory, an s3:// URI (Quix's aws_s3_uri) "
+        "or abfs://<container>/<path> (Azure: catalog.adls.* properties)",
     )
     aws_region: str | None = option(
         None, env="AWS_REGION", doc="glue and s3: the AWS region (default: AWS_REGION)"
@@ -208,12 +212,39 @@ class IcebergOptions(LedgerOptions):
                 "e.g. /data/warehouse, or an s3:// URI); its SQLite catalog file goes there",
                 option="warehouse",
             )
+        self._check_azure_warehouse()
         if self.expire_snapshots_older_than is not None:
             parse_duration(self.expire_snapshots_older_than, "expire_snapshots_older_than")
         if kind == "rest" and self.catalog_uri is None:
             raise OptionError(
                 "iceberg: catalog_type=rest needs 'catalog_uri' (the REST catalog's URL)",
                 option="catalog_uri",
+            )
+
+    def _check_azure_warehouse(self) -> None:
+        """pyiceberg's pyarrow FileIO (the default here) reads an Azure location as
+        ``abfs://<container>/<path>``; the ``container@account.host`` form fails deep in
+        the first write: refuse it now, saying what to write."""
+        if self.warehouse is None:
+            return
+        parsed = urlparse(self.warehouse)
+        io_impl = dict(self.catalog_properties).get("py-io-impl", "")
+        if (
+            parsed.scheme in AZURE_SCHEMES
+            and "@" in parsed.netloc
+            and (not io_impl or io_impl.endswith("PyArrowFileIO"))
+        ):
+            container, _, host = parsed.netloc.partition("@")
+            account = host.split(".")[0]
+            raise OptionError(
+                f"iceberg: warehouse {self.warehouse!r}: pyiceberg's pyarrow FileIO reads "
+                f"Azure locations as {parsed.scheme}://<container>/<path>: write "
+                f"{parsed.scheme}://{container}{parsed.path} with "
+                f"catalog.adls.account-name={account} (and catalog.adls.account-key or "
+                "catalog.adls.sas-token), or use pyiceberg's fsspec FileIO "
+                "(catalog.py-io-impl=pyiceberg.io.fsspec.FsspecFileIO, pip install adlfs)",
+                option="warehouse",
+                value=self.warehouse,
             )
 
     def shown_catalog_properties(self) -> dict[str, str]:

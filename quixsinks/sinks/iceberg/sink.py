@@ -588,7 +588,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
         except FileNotFoundError:
             return 0
-        cutoff = time.time() - self.options.staging_max_age_hours * 3600
+        cutoff = _now_ms() / 1000 - self.options.staging_max_age_hours * 3600
         old = {
             info.path
             for info in infos
