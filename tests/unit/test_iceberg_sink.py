@@ -238,7 +238,7 @@ def test_azure_account_keys_are_redacted() -> None:
     opts = IcebergOptions.from_options(
         {
             "table_name": "db.t",
-            "warehouse": "abfs://c@acct.dfs.core.windows.net/wh",
+            "warehouse": "abfs://c/wh",
             "catalog_uri": "sqlite:////tmp/c.db",
             "catalog.adls.account-name": "acct",
             "catalog.adls.account-key": "azure-key-value",

@@ -183,9 +183,11 @@ class IcebergOptions(LedgerOptions):
                 rest[key] = value
         parsed = super().from_options(rest)
         normal = _CATALOG_TYPE_ALIASES.get(parsed.catalog_type.lower(), parsed.catalog_type.lower())
-        return dataclasses.replace(
+        options = dataclasses.replace(
             parsed, catalog_type=normal, catalog_properties=tuple(sorted(passthrough.items()))
         )
+        options._check_azure_warehouse()  # needs the pass-through properties
+        return options
 
     def validate(self) -> None:
         super().validate()
@@ -212,7 +214,6 @@ class IcebergOptions(LedgerOptions):
                 "e.g. /data/warehouse, or an s3:// URI); its SQLite catalog file goes there",
                 option="warehouse",
             )
-        self._check_azure_warehouse()
         if self.expire_snapshots_older_than is not None:
             parse_duration(self.expire_snapshots_older_than, "expire_snapshots_older_than")
         if kind == "rest" and self.catalog_uri is None:
