@@ -183,11 +183,11 @@ class IcebergOptions(LedgerOptions):
                 rest[key] = value
         parsed = super().from_options(rest)
         normal = _CATALOG_TYPE_ALIASES.get(parsed.catalog_type.lower(), parsed.catalog_type.lower())
-        options = dataclasses.replace(
+        result = dataclasses.replace(
             parsed, catalog_type=normal, catalog_properties=tuple(sorted(passthrough.items()))
         )
-        options._check_azure_warehouse()  # needs the pass-through properties
-        return options
+        result._check_azure_warehouse()  # needs the pass-through properties
+        return result
 
     def validate(self) -> None:
         super().validate()
