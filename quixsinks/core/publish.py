@@ -299,9 +299,19 @@ def _batch_of(key: str, prefix: str) -> int:
 
 @dataclass(frozen=True)
 class PublishResult:
+    """How a publish ended.
+
+    Attributes:
+        files: how many files the batch's manifest names.
+        already_committed: the marker was there (the manifest is an earlier attempt's).
+        superseded: complete mode: a newer batch landed; nothing was published.
+        published: the final keys of the manifest's files.
+    """
+
     files: int
     already_committed: bool
     superseded: bool = False
+    published: tuple[str, ...] = ()
 
 
 class FilePublisher:
@@ -399,7 +409,11 @@ class FilePublisher:
         elif batch_id % HOUSEKEEPING_EVERY == 0:
             self.staging.prune(sink_id, batch_id)
             self.staging.sweep()
-        return PublishResult(files=len(moves), already_committed=not created)
+        return PublishResult(
+            files=len(moves),
+            already_committed=not created,
+            published=tuple(dst for _, dst in moves),
+        )
 
     def _newer_committed(self, sink_id: str, batch_id: int) -> bool:
         """Whether a later batch of this sink id has a marker (complete mode: ours is stale)."""

@@ -13,7 +13,8 @@ options (an object-store path and its credentials). The `redis` query runs when
 QUIXSINKS_KILL_REDIS holds its options as JSON: two queries, `redis` (one hash per
 event, key event:{id}) and `redis-list` (every event appended to the list `events`).
 The `tsdatalake` query runs when QUIXSINKS_KILL_TSDATALAKE holds its options as JSON
-(table `events`, partitioned by day and key). The `kinesis` query runs when
+(table `events`, partitioned by year/month/day and key; registered in the catalog when the
+options name one). The `kinesis` query runs when
 QUIXSINKS_KILL_KINESIS holds its options as JSON.
 The `pubsub` query runs when QUIXSINKS_KILL_PUBSUB holds its options as JSON (one message
 per event; at-least-once).

@@ -109,6 +109,8 @@ class Servers:
         path = out.get("path", "")
         if fmt in ("file", "csvfile", "tsdatalake", "alerting_lake"):
             out.update(self.store(path, out))
+            if "catalog_url" in out:  # any REST catalog -> the session's stand-in
+                out["catalog_url"] = self.server("iceberg_rest").url
         elif fmt == "postgresql":
             pg = self.server("postgres")
             dbname = f"docs_{uuid.uuid4().hex[:8]}"

@@ -109,6 +109,7 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     kinesis_sink: dict[str, Any],
     pubsub_topic: dict[str, Any],
     bigquery_sink: dict[str, Any],
+    iceberg_rest: Any,
 ) -> None:
     pg_options = {**pg["options"], "table_name": "events"}
     seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
@@ -117,7 +118,9 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     prepared = {**pg["options"], "table_name": "events_prepared", "write_mode": "prepared"}
     env = {**os.environ, "QUIXSINKS_KILL_PG_PREPARED": json.dumps(prepared)}
     env["QUIXSINKS_KILL_REDIS"] = json.dumps(redis_sink["options"])
-    env["QUIXSINKS_KILL_TSDATALAKE"] = json.dumps({"path": str(tmp_path / "lake")})
+    lake_options = {"path": str(tmp_path / "lake"), "catalog_url": iceberg_rest.url}
+    lake_options["namespace"] = "kill"  # the session's catalog: its own namespace
+    env["QUIXSINKS_KILL_TSDATALAKE"] = json.dumps(lake_options)
     env["QUIXSINKS_KILL_KINESIS"] = json.dumps(kinesis_sink["options"])
     env["QUIXSINKS_KILL_PUBSUB"] = json.dumps(pubsub_topic["options"])
     iceberg = {"warehouse": str(tmp_path / "warehouse"), "table_name": "db.events"}
@@ -161,6 +164,13 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     assert set(lake.column("key").to_pylist()) == {f"k{i}" for i in range(7)}, f"seed {seed}"
     staged = tmp_path / "lake" / "_quixsinks" / "events" / "staging"
     assert not staged.exists() or not any(p.is_file() for p in staged.rglob("*")), seed
+    # ... and so do the catalog's readers: every file registered once, one snapshot a batch
+    registered = iceberg_rest.catalog.load_table(("kill", "events"))
+    assert sorted(registered.scan().to_arrow().column("id").to_pylist()) == ids, seed
+    lake_batches = [
+        s.summary.additional_properties["quixsinks.batch-id"] for s in registered.snapshots()
+    ]
+    assert len(lake_batches) == len(set(lake_batches)), f"registered twice (seed {seed})"
     # kinesis (at-least-once): every row at least once, exactly once after dropping the
     # records whose dedupe id was seen before (a replayed batch carries the same ids)
     put = [json.loads(r["Data"]) for r in kinesis_sink["server"].read_all(kinesis_sink["stream"])]

@@ -179,7 +179,7 @@ def test_folders_written_by_another_tool_are_checked_too(spark: Any, tmp_path: P
         ({"hive_columns": "day", "timestamp_column": "sensor"}, "has type string"),
         ({"hive_columns": "day,day"}, "each column once"),
         ({"table_name": "../etc"}, "table_name"),
-        ({"catalog_url": "http://127.0.0.1:1/catalog"}, "catalog_url"),
+        ({"catalog_url": "http://127.0.0.1:1/catalog"}, "catalog at http://127.0.0.1:1/catalog"),
         ({"timestamp_unit": "hours"}, "timestamp_unit"),
     ],
 )
@@ -369,3 +369,232 @@ def test_a_json_field_named_like_a_derived_column_is_a_record_error(
     with pytest.raises(Exception, match="the JSON values also have a field 'day'"):
         write(df, tmp_path, hive_columns="day")
     assert not data_files(tmp_path)
+
+
+# ----------------------------------------------------------------------------- catalog registration
+
+TOKEN = "lake-catalog-t0ken"
+
+
+@pytest.fixture(scope="module")
+def rest() -> Any:
+    """A REST catalog stand-in that wants a bearer token (tests isolate by table name)."""
+    pytest.importorskip("pyiceberg")
+    from tests.services.iceberg_rest import IcebergRestServer
+
+    with IcebergRestServer(token=TOKEN) as server:
+        yield server
+
+
+def catalog_options(rest: Any, **extra: str) -> dict[str, str]:
+    return {"catalog_url": rest.url, "catalog_auth_token": TOKEN, **extra}
+
+
+def iceberg_table(rest: Any, table: str, namespace: str = "default") -> Any:
+    return rest.catalog.load_table((namespace, table))
+
+
+def iceberg_rows(rest: Any, table: str) -> list[dict[str, Any]]:
+    return sorted(iceberg_table(rest, table).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("kind", ["epoch", "timestamp"])
+def test_catalog_readers_and_hive_readers_see_the_same_rows(
+    spark: Any, tmp_path: Path, rest: Any, kind: str
+) -> None:
+    df = readings(spark)
+    if kind == "timestamp":
+        df = df.selectExpr("id", "sensor", "temp", "timestamp_millis(ts_ms) AS ts_ms")
+    table = f"readings_{kind}"
+    options = catalog_options(rest, hive_columns="year,month,day,hour,sensor", table_name=table)
+    write(df, tmp_path, **options)
+    hive_rows = sorted(hive(tmp_path / table).to_pylist(), key=lambda r: r["id"])
+    ice = iceberg_table(rest, table)
+    rows = iceberg_rows(rest, table)
+    assert [r["id"] for r in rows] == [r["id"] for r in hive_rows] == list(range(96))
+    # identity values are not in the files: the Iceberg reader takes them from the manifest
+    assert [r["sensor"] for r in rows] == [r["sensor"] for r in hive_rows]
+    spec = {(f.name, str(f.transform)) for f in ice.spec().fields}
+    if kind == "timestamp":  # one time transform: hour(ts) stands for year/month/day/hour
+        assert spec == {("ts_ms_hour", "hour"), ("sensor", "identity")}
+        cut = "2026-01-02T00:00:00+00:00"
+        files = list(ice.scan(row_filter=f"ts_ms >= '{cut}'").plan_files())
+        assert 0 < len(files) < len(list(ice.scan().plan_files()))  # hour pruning works
+    else:  # an integer epoch: the derived columns are identity strings, as Hive readers see
+        assert spec == {(c, "identity") for c in ("year", "month", "day", "hour", "sensor")}
+        assert [(r["day"], r["hour"]) for r in rows[30:31]] == [("02", "06")]
+    # the files stay where the Hive layout puts them; the Iceberg metadata is under the state
+    paths = {t.file.file_path for t in ice.scan().plan_files()}
+    assert paths == {f"file://{p}" for p in data_files(tmp_path / table)}
+    assert ice.location().endswith(f"/_quixsinks/{table}/iceberg")
+    assert rest.unauthorized == 0
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_catalog_registration_is_exactly_once_after_a_failure(
+    spark: Any, faulty_tsdatalake: None, tmp_path: Path, rest: Any, phase: str
+) -> None:
+    ids = write_input_files(tmp_path / "in", files=4, rows_per_file=25)
+    marker = tmp_path / "fired"
+    table = f"events_{phase.replace('-', '_')}"
+    options = {
+        "path": str(tmp_path / "lake"),
+        "table_name": table,
+        "hive_columns": "year,month,day,key",
+        "timestamp_column": "timestamp",
+        "fail_batch": "1",
+        "fail_phase": phase,
+        "fail_marker": str(marker),
+        **catalog_options(rest),
+    }
+    with pytest.raises(Exception, match="injected failure"):
+        run_available_now(spark, tmp_path / "in", "faulty_tsdatalake", tmp_path / "ck", options)
+    run_available_now(spark, tmp_path / "in", "faulty_tsdatalake", tmp_path / "ck", options)
+    assert [r["id"] for r in iceberg_rows(rest, table)] == ids
+    assert sorted(hive(tmp_path / "lake" / table).column("id").to_pylist()) == ids
+    snapshots = iceberg_table(rest, table).snapshots()
+    batches = [s.summary.additional_properties["quixsinks.batch-id"] for s in snapshots]
+    assert sorted(batches) == ["0", "1", "2", "3"]  # one registration per micro-batch
+
+
+def test_files_published_but_not_registered_are_registered_by_the_replay(
+    spark: Any, tmp_path: Path, rest: Any
+) -> None:
+    """The catalog refuses every commit of batch 1 (after its files were published): the
+    query fails; the restarted query registers the published files, once."""
+    ids = write_input_files(tmp_path / "in", files=3, rows_per_file=10)
+    options = {
+        "path": str(tmp_path / "lake"),
+        "table_name": "published_first",
+        "hive_columns": "key",
+        "catalog_commit_max_attempts": "2",
+        **catalog_options(rest),
+    }
+    stop = tmp_path / "in-later"
+    stop.mkdir()
+    for extra in sorted((tmp_path / "in").iterdir())[1:]:
+        extra.rename(stop / extra.name)
+    run_available_now(spark, tmp_path / "in", "tsdatalake", tmp_path / "ck", options)
+    for extra in sorted(stop.iterdir()):
+        extra.rename(tmp_path / "in" / extra.name)
+    rest.fail_next_commits(409, 409)
+    with pytest.raises(Exception, match=r"was not committed to default\.published_first"):
+        run_available_now(spark, tmp_path / "in", "tsdatalake", tmp_path / "ck", options)
+    # batch 1 is published for Hive readers, not yet in the catalog
+    assert len(hive(tmp_path / "lake" / "published_first")) == 20
+    assert len(iceberg_rows(rest, "published_first")) == 10
+    run_available_now(spark, tmp_path / "in", "tsdatalake", tmp_path / "ck", options)
+    assert [r["id"] for r in iceberg_rows(rest, "published_first")] == ids
+    assert sorted(hive(tmp_path / "lake" / "published_first").column("id").to_pylist()) == ids
+
+
+def test_a_lost_catalog_answer_does_not_register_a_batch_twice(
+    spark: Any, tmp_path: Path, rest: Any
+) -> None:
+    ids = write_input_files(tmp_path / "in", files=2, rows_per_file=10)
+    options = {"path": str(tmp_path / "lake"), "table_name": "lost", **catalog_options(rest)}
+    # applied, then answered 504 (the outcome is unknown): the table's creation, then the
+    # first batch's registration
+    rest.fail_next_commits(504, 504)
+    run_available_now(spark, tmp_path / "in", "tsdatalake", tmp_path / "ck", options)
+    assert [r["id"] for r in iceberg_rows(rest, "lost")] == ids
+    assert len(iceberg_table(rest, "lost").snapshots()) == 2
+
+
+def test_a_catalog_table_with_another_layout_is_refused_before_any_data_moves(
+    spark: Any, tmp_path: Path, rest: Any
+) -> None:
+    options = catalog_options(rest, table_name="layouts", hive_columns="year,month")
+    write(readings(spark, 6), tmp_path / "a", **options)
+    other = {**options, "hive_columns": "year,sensor"}
+    message = r"partitioned by year, month, which is not the hive columns year/sensor"
+    with pytest.raises(Exception, match=message):
+        write(readings(spark, 6), tmp_path / "b", **other)
+    assert not data_files(tmp_path / "b")
+
+
+def test_auto_discover_false_needs_the_table_and_a_wrong_token_fails_clearly(
+    spark: Any, tmp_path: Path, rest: Any
+) -> None:
+    options = catalog_options(rest, table_name="absent", auto_discover="false")
+    with pytest.raises(Exception, match=r"does not exist in the catalog .* auto_discover=false"):
+        write(readings(spark, 3), tmp_path, **options)
+    wrong = {**options, "catalog_auth_token": "not-the-token", "auto_discover": "true"}
+    with pytest.raises(Exception, match="catalog") as failure:
+        write(readings(spark, 3), tmp_path, **wrong)
+    assert "not-the-token" not in str(failure.value)
+    assert not data_files(tmp_path)
+
+
+def test_kafka_json_values_are_registered_and_new_fields_evolve_the_table(
+    spark: Any, tmp_path: Path, rest: Any
+) -> None:
+    from pyspark.sql import functions as F
+
+    def kafka(values: list[dict[str, Any]], first: int) -> Any:
+        rows = [
+            (f"k{i}".encode(), json.dumps(v).encode(), "t", 0, first + i)
+            for i, v in enumerate(values)
+        ]
+        return spark.createDataFrame(
+            rows, "key binary, value binary, topic string, partition int, offset long"
+        ).select("*", F.current_timestamp().alias("timestamp"), F.lit(0).alias("timestampType"))
+
+    options = catalog_options(rest, table_name="kafka_json", hive_columns="day,sensor")
+    first = [{"ts_ms": BASE_MS + i * HOUR_MS, "sensor": f"s{i % 2}", "n": i} for i in range(4)]
+    write(kafka(first, 0), tmp_path, **options)
+    second = [{"ts_ms": BASE_MS, "sensor": "s9", "n": 10 + i, "new": "x"} for i in range(2)]
+    write(kafka(second, 4), tmp_path, **options)
+    table = iceberg_table(rest, "kafka_json")
+    assert set(table.schema().column_names) >= {"_key", "ts_ms", "n", "new", "day", "sensor"}
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["n"])
+    assert [r["n"] for r in rows] == [0, 1, 2, 3, 10, 11]
+    assert [r["sensor"] for r in rows] == ["s0", "s1", "s0", "s1", "s9", "s9"]
+    assert [r["new"] for r in rows] == [None] * 4 + ["x", "x"]
+    assert rows[0]["_key"] == b"k0"
+
+
+def test_nulls_and_hostile_values_reach_catalog_readers(
+    spark: Any, tmp_path: Path, rest: Any
+) -> None:
+    cities = ["a/b", "x=y", "100%", "Zürich", None, ".."]
+    df = spark.createDataFrame(
+        [(i, c, BASE_MS) for i, c in enumerate(cities)], "id long, city string, ts_ms long"
+    )
+    write(df, tmp_path, **catalog_options(rest, table_name="hostile", hive_columns="city"))
+    got = {r["id"]: r["city"] for r in iceberg_rows(rest, "hostile")}
+    assert got == dict(enumerate(cities))  # __None__ in the path is a null in the catalog
+
+
+def test_a_lake_on_s3_is_registered_with_the_sinks_credentials(
+    spark: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from tests.services.iceberg_rest import IcebergRestServer
+
+    store = make_store("s3", request)
+    o = store.options
+    s3 = {
+        "s3.endpoint": o["endpoint_url"],
+        "s3.region": o["region_name"],
+        "s3.access-key-id": o["aws_access_key_id"],
+        "s3.secret-access-key": o["aws_secret_access_key"],
+        "s3.force-virtual-addressing": "false",
+    }
+    with IcebergRestServer(token=TOKEN, properties=s3) as rest:
+        options = {**store.options, **catalog_options(rest, hive_columns="day,sensor")}
+        write(readings(spark, 24), store.url, **options)
+        table = RestCatalog("r", uri=rest.url, token=TOKEN, **s3).load_table("default.readings")
+        assert table.location() == f"{store.url}/_quixsinks/readings/iceberg"
+        rows = table.scan().to_arrow().to_pylist()
+        assert sorted(r["id"] for r in rows) == list(range(24))
+        assert {r["sensor"] for r in rows} == {"s0", "s1", "s2"}
+
+
+def test_catalog_registration_refuses_the_stores_it_has_not_been_tested_on(
+    spark: Any, request: pytest.FixtureRequest, rest: Any
+) -> None:
+    store = make_store("azure", request)
+    with pytest.raises(Exception, match="supports tables on local disk and S3"):
+        write(readings(spark, 3), store.url, **store.options, **catalog_options(rest))

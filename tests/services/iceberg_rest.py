@@ -7,6 +7,9 @@ create (staged or not), load and commit, parsing and answering with pyiceberg's 
 response models, and keeps the tables in a SQLite ``SqlCatalog`` in a temporary folder
 (so a commit is as atomic as the SqlCatalog's: one UPDATE ... WHERE metadata_location).
 
+With ``token``, every request must carry ``Authorization: Bearer <token>`` (else 401, as
+a catalog with token auth answers), which is how pyiceberg sends a ``token`` property.
+
 Faults: :meth:`IcebergRestServer.fail_next_commits` makes the next commits answer 409
 without applying them, or 500/502/504 *after* applying them (a lost response: the client
 sees ``CommitStateUnknownException`` although the commit landed).
@@ -44,7 +47,12 @@ class _Named:
 class IcebergRestServer:
     """A REST catalog on a free port of 127.0.0.1, served from a thread of this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, token: str | None = None, properties: dict[str, str] | None = None) -> None:
+        """``properties``: more SqlCatalog properties, e.g. the S3 endpoint and keys of the
+        object store the tables live on (a real catalog has its own storage credentials)."""
+        self.token = token
+        self.properties = dict(properties or {})
+        self.unauthorized = 0  # requests refused for a missing or wrong token
         self.root = Path(tempfile.mkdtemp(prefix="quixsinks-iceberg-rest-"))
         self.warehouse = f"file://{self.root}/warehouse"
         self._faults: list[int] = []
@@ -60,7 +68,10 @@ class IcebergRestServer:
 
         (self.root / "warehouse").mkdir()
         self._catalog = SqlCatalog(
-            "rest", uri=f"sqlite:///{self.root}/catalog.db", warehouse=self.warehouse
+            "rest",
+            uri=f"sqlite:///{self.root}/catalog.db",
+            warehouse=self.warehouse,
+            **self.properties,
         )
         handler = type("Handler", (_Handler,), {"rest": self})
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -160,6 +171,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         catalog = self.rest.catalog
         parts = self._parts()
         method = self.command
+        if self.rest.token is not None and (
+            self.headers.get("Authorization") != f"Bearer {self.rest.token}"
+        ):
+            self.rest.unauthorized += 1
+            return self._error(401, "NotAuthorizedException", "missing or wrong bearer token")
         try:
             if parts == ["config"]:
                 return self._send(200, {"defaults": {}, "overrides": {}})

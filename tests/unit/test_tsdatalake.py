@@ -3,6 +3,7 @@ with an injected clock."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,63 @@ def test_without_a_callback_nothing_is_tracked(tmp_path: Path) -> None:
     watcher = SilenceWatcher("q4", directory=str(tmp_path), since_ms=0)
     assert watcher.poll() == 0
     assert watcher.tracker is None
+
+
+# ----------------------------------------------------------------------------- catalog spec
+
+
+def lake_options(**extra: str) -> TSDataLakeOptions:
+    return TSDataLakeOptions.from_options({"path": "/tmp/lake", "table_name": "t", **extra})
+
+
+@pytest.mark.parametrize(
+    ("hive", "ts_type", "expected"),
+    [
+        ("year,month,day,hour,city", pa.timestamp("us", "UTC"), ["hour(ts_ms)", "city"]),
+        ("city,year,month", pa.timestamp("us"), ["city", "month(ts_ms)"]),
+        ("year", pa.timestamp("us", "UTC"), ["year(ts_ms)"]),
+        # an integer epoch: Iceberg's time transforms take timestamps only
+        ("year,month,day", pa.int64(), ["year", "month", "day"]),
+        # a chain with a gap (day without month) has no single transform
+        ("year,day", pa.timestamp("us", "UTC"), ["year", "day"]),
+        ("city", None, ["city"]),
+    ],
+)
+def test_the_partition_spec_is_equivalent_to_the_hive_columns(
+    hive: str, ts_type: pa.DataType | None, expected: list[str]
+) -> None:
+    from quixsinks.sinks.tsdatalake.catalog import spec_fields
+
+    fields = spec_fields(lake_options(hive_columns=hive), ts_type)
+    got = [f.source if f.transform == "identity" else f"{f.transform}({f.source})" for f in fields]
+    assert got == expected
+
+
+@given(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 12, 31)))
+def test_time_partition_values_from_a_path_match_icebergs_transforms(when: dt.datetime) -> None:
+    from quixsinks.sinks.tsdatalake.catalog import _time_value
+
+    path = {
+        "year": f"{when.year:04d}",
+        "month": f"{when.month:02d}",
+        "day": f"{when.day:02d}",
+        "hour": f"{when.hour:02d}",
+    }
+    utc = when.replace(tzinfo=dt.timezone.utc)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    hours = (utc - epoch) // dt.timedelta(hours=1)
+    assert _time_value("hour", path) == hours
+    assert _time_value("day", path) == hours // 24
+    assert _time_value("month", path) == (when.year - 1970) * 12 + when.month - 1
+    assert _time_value("year", path) == when.year - 1970
+    assert _time_value("hour", {**path, "day": None}) is None  # __None__: a null time
+
+
+def test_identity_values_from_a_path_take_their_columns_type() -> None:
+    from quixsinks.sinks.tsdatalake.catalog import _typed
+
+    assert _typed("42", "long") == 42
+    assert _typed("true", "boolean") is True
+    assert _typed("1970-01-11", "date") == 10
+    assert _typed("a/b", "string") == "a/b"
+    assert _typed(None, "long") is None

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 import uuid
@@ -42,7 +41,8 @@ from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .catalog import catalog_properties, forget_catalog, import_pyiceberg, load_catalog, load_io
 from .catalog import scrub as _scrub
-from .ledger import SnapshotLedgerStore, summary_properties
+from .commit import append_once
+from .ledger import SnapshotLedgerStore
 from .maintenance import carried_properties, snapshots_to_expire
 from .options import IcebergOptions
 from .partitioning import QUIX_LAYOUT, PartitionField, parse_partition_by, to_transform
@@ -390,8 +390,8 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                 raise RecordError(str(exc)) from None
         else:
             raise CommitError(
-                f"iceberg: the schema of {self.options.table_name} kept changing while "
-                f"{source} were added to it (10 attempts)"
+                f"iceberg: the schema of {self.options.table_name} kept changing while the "
+                f"columns of {source} were being added (10 attempts)"
             )
         table = self._load_table()
         return conform_schema(parsed, table.schema()), table.metadata
@@ -425,83 +425,29 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             raise self._catalog_error(exc, "loading the table") from None
 
     def commit(self, context: CommitContext, receipts: list[Receipt[list[Any]]]) -> None:
-        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-        from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.table.update import AssertTableUUID
-
         files = [
             f for r in sorted(receipts, key=lambda r: r.partition_id) for s in r.staged for f in s
         ]
         opts = self.options
         if not files and not self.overwrite:
             return
-        attempts = opts.commit_max_attempts
-        last: BaseException | None = None
-        for attempt in range(attempts):
-            table = self._load_table()
-            store = SnapshotLedgerStore(table)
-            if opts.ledger(store).committed(context.sink_id, context.batch_id, context.query_id):
-                logger.info(
-                    "iceberg: batch %d of %s is in %s already (a replay, or a commit whose "
-                    "outcome was unknown): data files it does not name are deleted",
-                    context.batch_id,
-                    context.sink_id,
-                    opts.table_name,
-                )
-                self._delete_files(files, keep=_referenced(table))
-                return
-            takeover = store.takeover_of
-            props = summary_properties(
-                context.sink_id, context.batch_id, context.query_id, takeover
-            )
-            tx = table.transaction()
-            if self.overwrite:
-                tx.delete(AlwaysTrue(), snapshot_properties=props)
-            if files:
-                updater = tx.update_snapshot(snapshot_properties=props)
-                merge = table.metadata.properties.get("commit.manifest-merge.enabled") == "true"
-                with updater.merge_append() if merge else updater.fast_append() as append:
-                    for data_file in files:
-                        append.append_data_file(data_file)
-            requirements = (*tx._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
-            try:
-                table.catalog.commit_table(table, requirements, tx._updates)
-            except (CommitFailedException, CommitStateUnknownException) as exc:
-                last = exc
-                logger.warning(
-                    "iceberg: commit of batch %d to %s: %s (attempt %d of %d); reloading the "
-                    "table and checking whether the batch landed",
-                    context.batch_id,
-                    opts.table_name,
-                    type(exc).__name__,
-                    attempt + 1,
-                    attempts,
-                )
-                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
-                continue
-            except QuixSinksError:
-                raise
-            except Exception as exc:  # an error of the catalog's transport: outcome unknown
-                last = exc
-                forget_catalog(opts)
-                logger.warning(
-                    "iceberg: commit of batch %d to %s failed with %s (attempt %d of %d)",
-                    context.batch_id,
-                    opts.table_name,
-                    _scrub(f"{type(exc).__name__}: {exc}", opts),
-                    attempt + 1,
-                    attempts,
-                )
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-                continue
-            self._maintain()
-            self._sweep_orphans()
-            return
-        raise CommitError(
-            f"iceberg: batch {context.batch_id} was not committed to {opts.table_name} after "
-            f"{attempts} attempts (commit_max_attempts): "
-            f"{_scrub(f'{type(last).__name__}: {last}', opts)}"
+        outcome = append_once(
+            context,
+            files,
+            load_table=self._load_table,
+            ledger=opts.ledger,
+            table_name=opts.table_name,
+            max_attempts=opts.commit_max_attempts,
+            overwrite=self.overwrite,
+            scrub=lambda text: _scrub(text, opts),
+            forget_client=lambda: forget_catalog(opts),
         )
+        if outcome.already_committed:
+            # this attempt's data files are not in the table: delete those it does not name
+            self._delete_files(files, keep=_referenced(outcome.table))
+            return
+        self._maintain()
+        self._sweep_orphans()
 
     def _maintain(self) -> None:
         """Expire old snapshots (``keep_snapshots``, ``expire_snapshots_older_than``) in

@@ -54,14 +54,22 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
     )
     catalog_url: str | None = option(
         None,
-        doc="Iceberg REST catalog: the table is created or discovered there and every "
-        "micro-batch's files are registered in one snapshot (see the docs page)",
+        doc="Iceberg REST catalog URI: the table is created or discovered there and every "
+        "micro-batch's files are registered in one snapshot, exactly once (see the docs page)",
     )
     catalog_auth_token: str | None = option(None, secret=True, doc="Bearer token for catalog_url")
     auto_discover: bool = option(
-        True, doc="With catalog_url: use the catalog's table when it exists, else create it"
+        True,
+        doc="With catalog_url: use the catalog's table when it exists, else create it; "
+        "false: the table must exist (checked before any data moves)",
     )
     namespace: str = option("default", doc="With catalog_url: the catalog namespace")
+    catalog_commit_max_attempts: int = option(
+        10,
+        minimum=1,
+        doc="With catalog_url: catalog commits tried per micro-batch on a conflict or an "
+        "unknown outcome (each one first checks whether the batch is registered already)",
+    )
     auto_create_bucket: bool = option(
         True, doc="Create the bucket or container when it does not exist (object stores)"
     )

@@ -34,10 +34,12 @@ from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.column_types import ColumnTypes
 from quixsinks.core.destinations import Destination, destination_for
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
-from quixsinks.core.publish import FilePublisher, StagedFile, StagingArea
+from quixsinks.core.publish import FilePublisher, PublishResult, StagedFile, StagingArea
 from quixsinks.core.records import RecordSchema
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
+from quixsinks.sinks.iceberg.catalog import import_pyiceberg
 
+from .catalog import CatalogTable, RegisteredFile, read_published
 from .layout import Layout
 from .options import TIME_COLUMNS, TSDataLakeOptions
 from .silence import SilenceSpool
@@ -51,10 +53,17 @@ _NAMESPACE = uuid.UUID("6f1c2a52-8f0e-4f55-9d43-6b8f1f0c7a11")
 
 @dataclass
 class TSPiece:
-    """What one ``write`` staged: its files, and the keys it saw (silence detection)."""
+    """What one ``write`` staged: its files, and the keys it saw (silence detection).
+
+    With catalog registration also the rows' schema (hive identity columns included) and
+    each file's Parquet footer (``pyarrow.parquet.FileMetaData``), for the driver's
+    Iceberg commit.
+    """
 
     files: list[StagedFile] = field(default_factory=list)
     keys: list[tuple[Any, int]] = field(default_factory=list)
+    schema: pa.Schema | None = None
+    footers: list[Any] = field(default_factory=list)
 
 
 class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
@@ -78,6 +87,7 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             options.timestamp_column if options.time_columns else None,
             options.timestamp_unit,
         )
+        self.catalog_rows: pa.Schema | None = None
 
     def __repr__(self) -> str:
         return f"TSDataLakeSink({self.target.url!r}, table={self.options.table_name!r})"
@@ -168,11 +178,17 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     value=",".join(opts.hive_columns),
                 )
         if opts.catalog_url:
-            raise OptionError(
-                "tsdatalake: catalog registration (catalog_url) is not available in this "
-                "release; the Hive files are written without it. Remove catalog_url.",
-                option="catalog_url",
-                value=opts.catalog_url,
+            if not self.target.url.startswith(("/", "s3://")):
+                raise OptionError(
+                    f"tsdatalake: catalog registration (catalog_url) supports tables on local "
+                    f"disk and S3 in this release, not {self.target.url}",
+                    option="catalog_url",
+                    value=opts.catalog_url,
+                )
+            import_pyiceberg()  # the iceberg extra, before any data moves
+            # the rows' columns when known now (JSON values: from the first micro-batch)
+            self.catalog_rows = (
+                None if row_names is None else pa.schema([schema.field(n) for n in row_names])
             )
         if opts.silence_enabled and self.silence_callback_source is None:
             self.logger.warning(
@@ -208,6 +224,12 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             create()
             self.staging().check()
         self._check_layout()
+        if self.options.catalog_url:
+            self.catalog().check(self.catalog_rows)
+
+    def catalog(self) -> CatalogTable:
+        """The Iceberg table the files are registered in (``catalog_url``)."""
+        return CatalogTable(self.options, self.target.url)
 
     def _layout_record(self) -> dict[str, Any]:
         opts = self.options
@@ -300,13 +322,15 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             types = ColumnTypes(self.target, f"{self.state_prefix}/columns")
             conform = lambda table: types.conform(table, opts.table_name)  # noqa: E731
         piece = TSPiece()
+        if opts.catalog_url:
+            piece.schema = rows.schema
         for path, part in self.layout.split(rows):
             chunks = [part]
             if opts.max_rows_per_file and part.num_rows > opts.max_rows_per_file:
                 n = opts.max_rows_per_file
                 chunks = [part.slice(i, n) for i in range(0, part.num_rows, n)]
             for chunk in chunks:
-                piece.files.append(self._stage(batch, path, chunk, conform))
+                piece.files.append(self._stage(batch, path, chunk, conform, piece))
         if opts.silence_enabled and batch.records.key is not None and batch.task is not None:
             piece.keys = self._seen_keys(batch)
         return piece
@@ -317,6 +341,7 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         path: str,
         table: pa.Table,
         conform: Callable[[pa.Table], pa.Table] | None,
+        piece: TSPiece,
     ) -> StagedFile:
         ctx = batch.context
         n = batch.counters.get("files", 0)
@@ -327,14 +352,19 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         name = f"data_{ident}.parquet"
         folder = f"{self.options.table_name}/{path}" if path else self.options.table_name
         compression = self.options.compression
+        footers: list[Any] = []  # the footer of the last try (for catalog registration)
 
         def produce(out: BinaryIO) -> None:
             data = conform(table) if conform is not None else table
-            pq.write_table(data, out, compression=compression)
+            footers.clear()
+            pq.write_table(data, out, compression=compression, metadata_collector=footers)
 
-        return self.staging().stage(
+        staged = self.staging().stage(
             ctx, f"{n:06d}-{name}", produce, final_key=f"{folder}/{name}", rows=table.num_rows
         )
+        if self.options.catalog_url:
+            piece.footers.append(footers[-1])
+        return staged
 
     def _seen_keys(self, batch: SinkBatch) -> list[tuple[Any, int]]:
         """The batch's distinct keys with the time they were seen, within the task's bound."""
@@ -359,14 +389,19 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
     def commit(self, context: CommitContext, receipts: list[Receipt[TSPiece]]) -> None:
         pieces = [p for r in sorted(receipts, key=lambda r: r.partition_id) for p in r.staged]
         files = [f for p in pieces for f in p.files]
-        FilePublisher(self.staging(), self.options.takeover_query_id).publish(
+        registering = bool(self.options.catalog_url)
+        result = FilePublisher(self.staging(), self.options.takeover_query_id).publish(
             context.sink_id,
             context.batch_id,
             files,
             query_id=context.query_id,
             name_prefix=name_prefix(context.sink_id, context.query_id),
-            keep_ledger=context.streaming,
+            # registering a batch write: its marker goes after the registration, so that
+            # an abort still finds (and rolls back) the published files
+            keep_ledger=context.streaming or registering,
         )
+        if registering:
+            self._register(context, pieces, files, result)
         source = self.silence_callback_source
         if source is not None and context.streaming and context.query_id:
             dropped = sum(r.counters.get("silence_keys_dropped", 0) for r in receipts)
@@ -387,6 +422,38 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     "table": self.options.table_name,
                     **source,
                 },
+            )
+
+    def _register(
+        self,
+        context: CommitContext,
+        pieces: list[TSPiece],
+        files: list[StagedFile],
+        result: PublishResult,
+    ) -> None:
+        """Register the published files in the catalog, in one snapshot per batch."""
+        if result.superseded:
+            return
+        if result.already_committed:  # the manifest is an earlier attempt's: footers re-read
+            registered = [RegisteredFile(key, 0) for key in result.published]
+        else:
+            footers = [m for p in pieces for m in p.footers]
+            registered = [
+                RegisteredFile(f.final_key, f.nbytes, m)
+                for f, m in zip(files, footers, strict=True)
+            ]
+        schemas = [p.schema for p in pieces if p.schema is not None]
+        rows = pa.unify_schemas(schemas) if schemas else None
+        self.catalog().register(
+            context, registered, rows, lambda key: read_published(self.target, key)
+        )
+        if not context.streaming:  # a batch write is never replayed: its marker goes now
+            staging = self.staging()
+            self.target.delete(
+                [
+                    staging.marker_key(context.sink_id, context.batch_id),
+                    staging.owner_key(context.sink_id),
+                ]
             )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[TSPiece]]) -> None:
