@@ -794,6 +794,53 @@ def test_kafka_json_values_are_written_in_quix_layout_with_every_key(
     assert [s["quixsinks.batch-id"] for s in summaries] == ["0", "1", "2"]
 
 
+def test_kafka_json_tasks_adding_columns_at_once_all_land(ice: dict[str, Any]) -> None:
+    """Four tasks of one batch, each with a JSON key the table lacks, evolve the schema at
+    the same moment: the losers of each schema commit reload and add theirs; one commit."""
+    commit_kafka_batch(ice, 0, [("k0", '{"id": 0}')])
+    rows = [kafka_rows([(f"k{i}", f'{{"id": {i}, "new_{i}": {i * 10}}}')]) for i in range(1, 5)]
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows[0].schema)
+    assert sink.records is not None
+    records = sink.records
+    barrier = threading.Barrier(len(rows))
+    receipts: list[Receipt[Any]] = []
+    errors: list[BaseException] = []
+
+    def task(partition: int) -> None:
+        context = WriteContext("sink-k", 1, partition, f"a{partition}", True, "query-k")
+        try:
+            barrier.wait()
+            staged = sink.write(SinkBatch(rows[partition], records, context))
+            receipts.append(
+                Receipt(
+                    "sink-k", 1, partition, f"a{partition}", query_id="query-k", staged=[staged]
+                )
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=task, args=(i,)) for i in range(len(rows))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    sink.commit(CommitContext("sink-k", 1, True, "query-k"), receipts)
+    table = ice["table"]()
+    assert {f.name for f in table.schema().fields} == {
+        "_key",
+        "_timestamp",
+        "id",
+        *(f"new_{i}" for i in range(1, 5)),
+    }
+    back = {r["_key"]: r for r in table.scan().to_arrow().to_pylist()}
+    for i in range(1, 5):
+        assert back[f"k{i}"]["id"] == i
+        assert back[f"k{i}"][f"new_{i}"] == i * 10
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["0", "1"]
+
+
 def test_kafka_json_stream_through_spark(spark: Any, tmp_path: Path, ice: dict[str, Any]) -> None:
     """The Kafka-shaped stream every sink gets (tests/integration/test_kafka_stream.py):
     batches 0 and 1 land with every key; batch 2 turns `v` from a number into a string,
