@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 import uuid
@@ -60,6 +61,8 @@ NEW_TABLE_PROPERTIES = {
 
 #: (table location) -> monotonic time of this process's last orphan sweep
 _SWEPT: dict[str, float] = {}
+#: schema commits a task tries to add its JSON's columns (concurrent tasks race)
+SCHEMA_MAX_ATTEMPTS = 50
 #: a process sweeps one table at most this often
 SWEEP_INTERVAL_SECONDS = 3600.0
 
@@ -378,8 +381,9 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
 
     def _evolve_for(self, parsed: pa.Schema, source: str) -> tuple[pa.Schema, Any]:
         """Evolve the table to hold ``parsed`` (an executor, between tasks of other
-        partitions doing the same: a lost race reloads and checks again)."""
-        for _ in range(10):
+        partitions doing the same: a lost race reloads and checks again; each round
+        one of the racing tasks wins, so the attempts grow with the number of tasks)."""
+        for attempt in range(SCHEMA_MAX_ATTEMPTS):
             table = self._load_table()
             columns = conform_schema(parsed, table.schema())
             try:
@@ -388,10 +392,11 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                     break
             except OptionError as exc:
                 raise RecordError(str(exc)) from None
+            time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 10)))  # spread the racers
         else:
             raise CommitError(
                 f"iceberg: the schema of {self.options.table_name} kept changing while the "
-                f"columns of {source} were being added (10 attempts)"
+                f"columns of {source} were being added ({SCHEMA_MAX_ATTEMPTS} attempts)"
             )
         table = self._load_table()
         return conform_schema(parsed, table.schema()), table.metadata
