@@ -14,7 +14,7 @@ import pytest
 
 import quixsinks
 from quixsinks.core.batch import SinkBatch, WriteContext
-from quixsinks.core.errors import OptionError
+from quixsinks.core.errors import LedgerFenceError, OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt
 from quixsinks.sinks.iceberg import IcebergOptions, IcebergSink
 from quixsinks.sinks.iceberg.catalog import load_catalog
@@ -499,6 +499,68 @@ def test_sql_catalog_with_an_s3_warehouse_streams_exactly_once(
     assert files == {t.file.file_path for t in table.scan().plan_files()}
 
 
+def _azure(azurite: Any) -> dict[str, str]:
+    authority = f"{azurite.host}:{azurite.port}"
+    return {
+        "catalog.adls.account-name": azurite.account,
+        "catalog.adls.account-key": azurite.account_key,
+        "catalog.adls.blob-storage-authority": authority,
+        "catalog.adls.dfs-storage-authority": authority,
+        "catalog.adls.blob-storage-scheme": "http",
+        "catalog.adls.dfs-storage-scheme": "http",
+    }
+
+
+def test_sql_catalog_with_an_azure_warehouse_streams_exactly_once(
+    spark: Any, tmp_path: Path, azurite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """abfs:// on Azurite through pyiceberg's pyarrow FileIO (pyarrow's AzureFileSystem):
+    a commit that landed and then failed is replayed once; no stray file; the orphan sweep
+    lists the container."""
+    container = f"ice-{uuid.uuid4().hex[:10]}"
+    azurite.create_container(container)
+    options = {
+        "table_name": "db.events",
+        "catalog_uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"abfs://{container}/warehouse",
+        **_azure(azurite),
+    }
+    quixsinks.register(spark, faulty(IcebergSink), check_workers=False)
+    ids = write_input_files(tmp_path / "in", files=2, rows_per_file=10)
+    failing = {
+        **options,
+        "fail_batch": "1",
+        "fail_phase": "commit-after",
+        "fail_marker": str(tmp_path / "fired"),
+    }
+    with pytest.raises(Exception, match="injected failure"):
+        run_available_now(spark, tmp_path / "in", "faulty_iceberg", tmp_path / "ck", failing)
+    run_available_now(spark, tmp_path / "in", "faulty_iceberg", tmp_path / "ck", failing)
+    opts = IcebergOptions.from_options(options)
+    table = load_catalog(opts).load_table("db.events")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == ids
+    assert table.location() == f"abfs://{container}/warehouse/db/events"
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["0", "1"]
+    with azurite.service_client() as service:
+        blobs = service.get_container_client(container).list_blobs("warehouse/db/events/data/")
+        # (pyarrow's AzureFileSystem leaves a directory marker blob, data/)
+        files = {f"abfs://{container}/{b.name}" for b in blobs if not b.name.endswith("/")}
+    assert files == {t.file.file_path for t in table.scan().plan_files()}
+    assert azurite.account_key not in repr(opts)
+    # the orphan sweep lists and deletes on Azure too: a file no snapshot names
+    sink, dead = _sink_with_files({"options": options}, pa.table({"id": pa.array([99])}))
+    assert sink._sweep_orphans(force=True) == 0  # too young
+    _later(monkeypatch, 2)
+    assert sink._sweep_orphans(force=True) == 1
+    with azurite.service_client() as service:
+        blobs = service.get_container_client(container).list_blobs("warehouse/db/events/data/")
+        left = {f"abfs://{container}/{b.name}" for b in blobs if not b.name.endswith("/")}
+    assert left == files
+    assert dead.staged[0][0].file_path not in left
+    table = load_catalog(opts).load_table("db.events")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == ids
+
+
 def test_glue_catalog_with_quix_names(spark: Any, tmp_path: Path, s3_server: Any) -> None:
     bucket = f"glue-{uuid.uuid4().hex[:10]}"
     s3_server.create_bucket(bucket)
@@ -584,3 +646,409 @@ def test_hostile_column_names_and_values_round_trip(ice: dict[str, Any]) -> None
     sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
     back = ice["table"]("db.`odd`-table").scan().to_arrow().sort_by("id")
     assert back.to_pylist() == rows.to_pylist()
+
+
+# ----------------------------------------------------------------------------- Kafka JSON values
+
+T0_MS = 1714521600000
+
+
+def kafka_rows(records: list[tuple[str | None, str | None]], start: int = 0) -> pa.Table:
+    """Rows in Spark's Kafka source schema: binary key and JSON value, a day apart."""
+    n = len(records)
+    return pa.table(
+        {
+            "key": pa.array(
+                [k.encode() if k is not None else None for k, _ in records], pa.binary()
+            ),
+            "value": pa.array(
+                [v.encode() if v is not None else None for _, v in records], pa.binary()
+            ),
+            "topic": pa.array(["orders"] * n),
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(start, start + n), pa.int64()),
+            "timestamp": pa.array(
+                [(T0_MS + (start + i) * 86_400_000) * 1000 for i in range(n)],
+                pa.timestamp("us", "UTC"),
+            ),
+            "timestampType": pa.array([0] * n, pa.int32()),
+        }
+    )
+
+
+def commit_kafka_batch(
+    ice: dict[str, Any], batch_id: int, records: list[tuple[str | None, str | None]]
+) -> None:
+    """Plan, write and commit one micro-batch of Kafka-shaped rows (no Spark), in two task
+    partitions so that two JSON shapes evolve the table in one batch."""
+    rows = kafka_rows(records, start=batch_id * 100)
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows.schema)
+    assert sink.records is not None
+    assert sink.records.value_json
+    half = max(1, rows.num_rows // 2)
+    receipts: list[Receipt[Any]] = []
+    for partition, part in enumerate([rows.slice(0, half), rows.slice(half)]):
+        context = WriteContext("sink-k", batch_id, partition, f"a{partition}", True, "query-k")
+        staged = sink.write(SinkBatch(part, sink.records, context))
+        receipts.append(
+            Receipt(
+                "sink-k", batch_id, partition, f"a{partition}", query_id="query-k", staged=[staged]
+            )
+        )
+    sink.commit(CommitContext("sink-k", batch_id, True, "query-k"), receipts)
+
+
+def _subset(expected: Any, got: Any) -> bool:
+    """Whether every key of ``expected`` (JSON) is in ``got`` (read back) with its value;
+    keys the table has besides are null."""
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and all(k in got and _subset(v, got[k]) for k, v in expected.items())
+            and all(v is None for k, v in got.items() if k not in expected)
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(_subset(e, g) for e, g in zip(expected, got, strict=True))
+        )
+    if isinstance(expected, float) or isinstance(got, float):
+        return got is not None and expected is not None and float(got) == float(expected)
+    return bool(got == expected)
+
+
+KAFKA_BATCHES: list[list[tuple[str | None, str | None]]] = [
+    # a tombstone first, a JSON null, nested objects and arrays
+    [
+        ("k0", None),
+        ("k1", '{"id": 1, "v": 10, "geo": {"lat": 1.5, "lon": 2.5}}'),
+        ("k2", '{"id": 2, "v": 20, "tags": ["a", "b"]}'),
+        ("k3", "null"),
+    ],
+    # new keys appear (one null-only: no type yet), an int in the double column, a
+    # date-like string, a key missing from some rows
+    [
+        ("k4", '{"id": 4, "geo": {"lat": 3, "lon": 4.25, "alt": 100}, "note": null}'),
+        ("k5", '{"id": 5, "at": "2024-05-01", "tags": [], "flag": true}'),
+        (None, '{"id": 6, "v": 60, "empty": {}}'),
+    ],
+    # the null-only key gets a value, keys change again
+    [
+        ("k7", '{"id": 7, "note": "now text", "score": 0.5}'),
+        ("k8", '{"id": 8, "tags": ["c"], "deep": {"a": {"b": [1, 2]}}}'),
+    ],
+]
+
+
+def test_kafka_json_values_are_written_in_quix_layout_with_every_key(
+    ice: dict[str, Any],
+) -> None:
+    import json
+
+    for batch_id, records in enumerate(KAFKA_BATCHES):
+        commit_kafka_batch(ice, batch_id, records)
+    table = ice["table"]()
+    # Quix's layout and default partitioning
+    names = [f.name for f in table.schema().fields]
+    assert names[:2] == ["_key", "_timestamp"]
+    assert [str(f.field_type) for f in table.schema().fields[:2]] == ["string", "timestamptz"]
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
+        ("_key", "identity"),
+        ("_timestamp_day", "day"),
+    ]
+    assert not {"key", "value", "topic", "partition", "offset", "timestamp"} & set(names)
+    # every JSON key that ever held a value is a column
+    every_key = {
+        k
+        for records in KAFKA_BATCHES
+        for _, v in records
+        if v not in (None, "null")
+        for k, item in json.loads(v).items()
+        if item not in (None, {})
+    }
+    assert set(names) == {"_key", "_timestamp"} | every_key
+    assert str(table.schema().find_type("geo.alt")) == "long"
+    assert str(table.schema().find_type("deep.a.b.element")) == "long"
+    assert str(table.schema().find_type("geo.lat")) == "double"
+    assert str(table.schema().find_type("geo.lon")) == "double"
+    assert str(table.schema().find_type("note")) == "string"
+    # every record, once, every key with its value
+    back = table.scan().to_arrow().to_pylist()
+    assert len(back) == sum(map(len, KAFKA_BATCHES))
+    by_time = {r["_timestamp"]: r for r in back}
+    for batch_id, records in enumerate(KAFKA_BATCHES):
+        for i, (key, value) in enumerate(records):
+            stamp = datetime.datetime.fromtimestamp(
+                (T0_MS + (batch_id * 100 + i) * 86_400_000) / 1000, tz=datetime.timezone.utc
+            )
+            row = by_time.pop(stamp)
+            assert row["_key"] == key
+            parsed = json.loads(value) if value is not None else None
+            got = {k: v for k, v in row.items() if k not in ("_key", "_timestamp")}
+            expected = {k: v for k, v in (parsed or {}).items() if v not in (None, {})}
+            assert _subset(expected, got), (key, expected, got)
+    assert by_time == {}
+    summaries = snapshots(table)
+    assert [s["quixsinks.batch-id"] for s in summaries] == ["0", "1", "2"]
+
+
+def test_kafka_json_tasks_adding_columns_at_once_all_land(ice: dict[str, Any]) -> None:
+    """Four tasks of one batch, each with a JSON key the table lacks, evolve the schema at
+    the same moment: the losers of each schema commit reload and add theirs; one commit."""
+    commit_kafka_batch(ice, 0, [("k0", '{"id": 0}')])
+    rows = [kafka_rows([(f"k{i}", f'{{"id": {i}, "new_{i}": {i * 10}}}')]) for i in range(1, 5)]
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows[0].schema)
+    assert sink.records is not None
+    records = sink.records
+    barrier = threading.Barrier(len(rows))
+    receipts: list[Receipt[Any]] = []
+    errors: list[BaseException] = []
+
+    def task(partition: int) -> None:
+        context = WriteContext("sink-k", 1, partition, f"a{partition}", True, "query-k")
+        try:
+            barrier.wait()
+            staged = sink.write(SinkBatch(rows[partition], records, context))
+            receipts.append(
+                Receipt(
+                    "sink-k", 1, partition, f"a{partition}", query_id="query-k", staged=[staged]
+                )
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=task, args=(i,)) for i in range(len(rows))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    sink.commit(CommitContext("sink-k", 1, True, "query-k"), receipts)
+    table = ice["table"]()
+    assert {f.name for f in table.schema().fields} == {
+        "_key",
+        "_timestamp",
+        "id",
+        *(f"new_{i}" for i in range(1, 5)),
+    }
+    back = {r["_key"]: r for r in table.scan().to_arrow().to_pylist()}
+    for i in range(1, 5):
+        assert back[f"k{i}"]["id"] == i
+        assert back[f"k{i}"][f"new_{i}"] == i * 10
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["0", "1"]
+
+
+def test_kafka_json_stream_through_spark(spark: Any, tmp_path: Path, ice: dict[str, Any]) -> None:
+    """The Kafka-shaped stream every sink gets (tests/integration/test_kafka_stream.py):
+    batches 0 and 1 land with every key; batch 2 turns `v` from a number into a string,
+    which the table refuses, naming the column."""
+    from .test_kafka_stream import run
+
+    with pytest.raises(Exception, match=r"JSON of batch 2 is incompatible.*\bv\b"):
+        run(spark, tmp_path, "iceberg", ice["options"])
+    table = ice["table"]()
+    assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+        ("_key", "string"),
+        ("_timestamp", "timestamptz"),
+        ("id", "long"),
+        ("v", "long"),
+        ("tag", "string"),
+        ("at", "string"),
+    ]
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["_key"])
+    assert [(r["_key"], r["id"], r["v"], r["tag"], r["at"]) for r in rows] == [
+        ("k0", None, None, None, None),
+        ("k1", 1, 10, None, None),
+        ("k2", 2, 20, None, None),
+        ("k3", 3, 30, "a", "2024-05-01"),
+        ("k4", None, None, None, None),
+    ]
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["0", "1"]
+
+
+def test_kafka_json_schema_freeze_refuses_a_new_key_and_takes_known_ones(
+    ice: dict[str, Any],
+) -> None:
+    commit_kafka_batch(ice, 0, [("k1", '{"id": 1, "v": 10}')])
+    ice["options"]["schema_mode"] = "freeze"
+    commit_kafka_batch(ice, 1, [("k2", '{"id": 2}'), ("k3", None), ("k4", '{"v": null}')])
+    with pytest.raises(
+        RecordError, match=r"the JSON of batch 2 does not fit .*schema_mode=freeze.*extra"
+    ):
+        commit_kafka_batch(ice, 2, [("k5", '{"id": 5, "extra": "x"}')])
+    rows = ice["table"]().scan().to_arrow().sort_by("_key").to_pylist()
+    assert [(r["_key"], r["id"], r["v"]) for r in rows] == [
+        ("k1", 1, 10),
+        ("k2", 2, None),
+        ("k3", None, None),
+        ("k4", None, None),
+    ]
+    assert [f.name for f in ice["table"]().schema().fields] == ["_key", "_timestamp", "id", "v"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"id": "one"}', r"incompatible with table db\.events.*\bid\b"),
+        ('{"id": 1.5}', r"incompatible with table db\.events.*\bid\b"),
+        ('{"_key": "mine"}', r"have a key '_key', which Quix's layout uses"),
+    ],
+)
+def test_kafka_json_values_the_table_cannot_take_fail_naming_the_key(
+    ice: dict[str, Any], value: str, message: str
+) -> None:
+    commit_kafka_batch(ice, 0, [("k1", '{"id": 1}')])
+    with pytest.raises(RecordError, match=message):
+        commit_kafka_batch(ice, 1, [("k2", value)])
+    assert ice["ids"]() == [1]
+
+
+def test_kafka_keys_that_are_not_text_fail_naming_the_row(ice: dict[str, Any]) -> None:
+    rows = kafka_rows([("k1", '{"id": 1}')]).set_column(
+        0, "key", pa.array([b"\xff\xfe"], pa.binary())
+    )
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows.schema)
+    assert sink.records is not None
+    context = WriteContext("sink-k", 0, 0, "a0", True, "query-k")
+    with pytest.raises(RecordError, match="row 0 of batch 0 has a key that is not UTF-8"):
+        sink.write(SinkBatch(rows, sink.records, context))
+
+
+# ----------------------------------------------------------------------------- snapshot expiry
+
+
+def commit_ids(
+    ice: dict[str, Any], sink_id: str, query_id: str, batch_id: int, ids: range
+) -> IcebergSink:
+    """Write and commit one batch of ``ids`` (query_id "": a batch write); no Spark."""
+    rows = pa.table({"id": pa.array(ids, pa.int64())})
+    sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
+    sink.prepare(rows.schema)
+    assert sink.records is not None
+    streaming = bool(query_id)
+    context = WriteContext(sink_id, batch_id, 0, "a0", streaming, query_id)
+    staged = sink.write(SinkBatch(rows, sink.records, context))
+    receipt: Receipt[Any] = Receipt(sink_id, batch_id, 0, "a0", query_id=query_id, staged=[staged])
+    sink.commit(CommitContext(sink_id, batch_id, streaming, query_id), [receipt])
+    return sink
+
+
+def _later(monkeypatch: pytest.MonkeyPatch, days: float) -> None:
+    """The sink's clock ``days`` ahead (snapshots keep their real commit times)."""
+    import quixsinks.sinks.iceberg.sink as sink_module
+
+    real = sink_module._now_ms
+    monkeypatch.setattr(sink_module, "_now_ms", lambda: real() + days * 86_400_000)
+
+
+def test_expire_snapshots_older_than_carries_each_streaming_sink_ids_newest_entry(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ice["options"]["expire_snapshots_older_than"] = "7d"
+    commit_ids(ice, "sink-old", "query-old", 0, range(0, 3))  # a query that stopped
+    commit_ids(ice, "write-1", "", 0, range(3, 6))  # a batch write: never replayed
+    for batch in range(5):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch * 3, 13 + batch * 3))
+    assert len(ice["table"]().metadata.snapshots) == 7  # all younger than 7 days
+    _later(monkeypatch, 8)
+    commit_ids(ice, "sink-a", "query-a", 5, range(25, 28))
+    table = ice["table"]()
+    assert [(s["quixsinks.sink-id"], s["quixsinks.batch-id"]) for s in snapshots(table)] == [
+        ("sink-a", "5")
+    ]
+    # the stopped query's newest entry went into a table property with the expiry; the
+    # batch write's did not (a batch write is never replayed)
+    carried = {k: v for k, v in table.properties.items() if k.startswith("quixsinks.")}
+    assert carried == {"quixsinks.ledger.sink-old": "0:query-old"}
+    every = [*range(0, 6), *range(10, 28)]
+    assert ice["ids"]() == every
+    # the old query restarted from its checkpoint replays its last batch: recognised
+    commit_ids(ice, "sink-old", "query-old", 0, range(0, 3))
+    commit_ids(ice, "sink-a", "query-a", 5, range(25, 28))
+    assert ice["ids"]() == every
+    assert len(ice["table"]().metadata.snapshots) == 1
+    # and the sink id still belongs to it: a new checkpoint reusing it is fenced
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query query-old"):
+        commit_ids(ice, "sink-old", "query-new", 0, range(100, 103))
+    assert ice["ids"]() == every
+    # the old query goes on; when its new snapshot is expired, the carried entry follows
+    commit_ids(ice, "sink-old", "query-old", 1, range(3, 4))
+    commit_ids(ice, "sink-a", "query-a", 6, range(28, 29))
+    table = ice["table"]()
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["6"]
+    assert table.properties["quixsinks.ledger.sink-old"] == "1:query-old"
+    commit_ids(ice, "sink-old", "query-old", 1, range(3, 4))  # a replay: recognised
+    assert ice["ids"]() == sorted([*every, 3, 28])
+
+
+def test_a_takeover_survives_the_expiry_of_its_marker(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """query-b takes sink-x over from query-a (the marker is in query-b's first snapshot);
+    once every snapshot of both is expired, query-b still owns sink-x and query-a's
+    entries do not come back."""
+    ice["options"]["expire_snapshots_older_than"] = "1d"
+    commit_ids(ice, "sink-x", "query-a", 0, range(0, 1))
+    commit_ids(ice, "sink-x", "query-a", 1, range(1, 2))
+    ice["options"]["takeover_query_id"] = "query-a"
+    commit_ids(ice, "sink-x", "query-b", 0, range(2, 3))
+    del ice["options"]["takeover_query_id"]
+    commit_ids(ice, "sink-x", "query-b", 1, range(3, 4))
+    summaries = snapshots(ice["table"]())
+    assert summaries[2]["quixsinks.takeover-of"] == "query-a"
+    _later(monkeypatch, 2)
+    for batch in range(3):
+        commit_ids(ice, "sink-y", "query-y", batch, range(10 + batch, 11 + batch))
+    table = ice["table"]()
+    assert [s["quixsinks.sink-id"] for s in snapshots(table)] == ["sink-y"]
+    assert table.properties["quixsinks.ledger.sink-x"] == "1:query-b"
+    commit_ids(ice, "sink-x", "query-b", 1, range(3, 4))  # query-b's replay: recognised
+    commit_ids(ice, "sink-x", "query-b", 2, range(4, 5))  # and it goes on
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query query-b"):
+        commit_ids(ice, "sink-x", "query-a", 2, range(100, 101))
+    assert ice["ids"]() == [0, 1, 2, 3, 4, 10, 11, 12]
+
+
+def test_keep_snapshots_carries_the_ledger_entry_of_another_sink_id(ice: dict[str, Any]) -> None:
+    ice["options"]["keep_snapshots"] = "2"
+    commit_ids(ice, "sink-old", "query-old", 7, range(0, 3))
+    for batch in range(6):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch, 11 + batch))
+    table = ice["table"]()
+    # expired in bulk at the 5th snapshot (more to expire than the 2 kept): sink-old's
+    # snapshot went, its entry is in a table property
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["2", "3", "4", "5"]
+    assert table.properties["quixsinks.ledger.sink-old"] == "7:query-old"
+    commit_ids(ice, "sink-old", "query-old", 7, range(0, 3))  # its replay: recognised
+    assert ice["ids"]() == [0, 1, 2, *range(10, 16)]
+    # once the branch holds a newer entry of sink-old, the carried one is removed
+    for batch in (6, 7, 8):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch, 11 + batch))
+    commit_ids(ice, "sink-old", "query-old", 8, range(3, 4))
+    table = ice["table"]()
+    assert [(s["quixsinks.sink-id"], s["quixsinks.batch-id"]) for s in snapshots(table)] == [
+        ("sink-a", "8"),
+        ("sink-old", "8"),
+    ]
+    assert "quixsinks.ledger.sink-old" not in table.properties
+    commit_ids(ice, "sink-old", "query-old", 8, range(3, 4))  # its replay: recognised
+    assert ice["ids"]() == [0, 1, 2, 3, *range(10, 19)]
+
+
+def test_keep_snapshots_with_an_age_limit_expires_only_old_snapshots_past_the_newest_n(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ice["options"]["keep_snapshots"] = "2"
+    ice["options"]["expire_snapshots_older_than"] = "1h"
+    for batch in range(6):
+        commit_ids(ice, "sink-a", "query-a", batch, range(batch, batch + 1))
+    assert len(ice["table"]().metadata.snapshots) == 6  # past 2N, but none is an hour old
+    _later(monkeypatch, 1 / 12)  # two hours on
+    commit_ids(ice, "sink-a", "query-a", 6, range(6, 7))
+    table = ice["table"]()
+    assert [s["quixsinks.batch-id"] for s in snapshots(table)] == ["5", "6"]
+    assert ice["ids"]() == list(range(7))

@@ -115,6 +115,7 @@ class FakeSnapshot:
 @dataclass
 class FakeMetadata:
     snapshots: list[FakeSnapshot] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
 
     def current_snapshot(self) -> FakeSnapshot | None:
         return self.snapshots[-1] if self.snapshots else None
@@ -163,6 +164,20 @@ def test_a_takeover_is_written_in_the_summary_and_hides_the_old_entries() -> Non
         Ledger(SnapshotLedgerStore(table)).committed("s", 1, "q1")
 
 
+def test_an_entry_carried_in_the_table_properties_counts_as_the_oldest() -> None:
+    table = history(summary_properties("t", 0, "q9"))
+    table.metadata.properties = {"quixsinks.ledger.s": "41:q1", "quixsinks.ledger.bad": "x"}
+    assert Ledger(SnapshotLedgerStore(table)).committed("s", 41, "q1")
+    assert not Ledger(SnapshotLedgerStore(table)).committed("s", 40, "q1")
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query q1"):
+        Ledger(SnapshotLedgerStore(table)).committed("s", 0, "q2")
+    assert SnapshotLedgerStore(table).owners("bad") == set()
+    # a takeover marker on the branch drops the carried entry of the query it took over
+    table = history(summary_properties("s", 0, "q2", takeover_of="q1"))
+    table.metadata.properties = {"quixsinks.ledger.s": "41:q1"}
+    assert SnapshotLedgerStore(table).owners("s") == {"q2"}
+
+
 class FakeClass:
     def __init__(self, known: set[str]) -> None:
         self.known = known
@@ -190,3 +205,64 @@ def test_the_jvm_connector_is_detected_and_the_way_out_logged(
     assert warn_if_jvm_connector(FakeSpark({JVM_SOURCE_CLASS}))
     assert "register it under another name" in caplog.text
     assert not warn_if_jvm_connector(object())  # Spark Connect: no JVM in the client
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("7d", 604800.0),
+        ("12h", 43200.0),
+        ("30m", 1800.0),
+        ("90s", 90.0),
+        ("3600", 3600.0),
+        ("1.5 hours", 5400.0),
+        ("2W", 1209600.0),
+    ],
+)
+def test_expire_snapshots_older_than_takes_durations(text: str, seconds: float) -> None:
+    opts = IcebergOptions.from_options(
+        {"table_name": "db.t", "warehouse": "/w", "expire_snapshots_older_than": text}
+    )
+    assert opts.expire_older_than_seconds == seconds
+
+
+@pytest.mark.parametrize("text", ["7 fortnights", "d7", "-1d", "0", "soon", "1d2h"])
+def test_a_bad_expiry_duration_is_refused_naming_the_option(text: str) -> None:
+    with pytest.raises(OptionError, match="'expire_snapshots_older_than' has value"):
+        IcebergOptions.from_options(
+            {"table_name": "db.t", "warehouse": "/w", "expire_snapshots_older_than": text}
+        )
+
+
+def test_azure_account_keys_are_redacted() -> None:
+    opts = IcebergOptions.from_options(
+        {
+            "table_name": "db.t",
+            "warehouse": "abfs://c/wh",
+            "catalog_uri": "sqlite:////tmp/c.db",
+            "catalog.adls.account-name": "acct",
+            "catalog.adls.account-key": "azure-key-value",
+            "catalog.adls.sas-token": "sas-value",
+        }
+    )
+    assert "azure-key-value" not in repr(opts)
+    assert "sas-value" not in repr(opts)
+    assert "acct" in repr(opts)
+    assert scrub("failed with azure-key-value", opts) == "failed with ***"
+
+
+def test_an_azure_warehouse_in_the_account_form_is_refused_saying_what_to_write() -> None:
+    options = {
+        "table_name": "db.t",
+        "catalog_uri": "sqlite:////tmp/c.db",
+        "warehouse": "abfss://lake@myaccount.dfs.core.windows.net/warehouse",
+    }
+    with pytest.raises(
+        OptionError,
+        match=r"write abfss://lake/warehouse with catalog\.adls\.account-name=myaccount",
+    ):
+        IcebergOptions.from_options(options)
+    fsspec = {**options, "catalog.py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    assert IcebergOptions.from_options(fsspec).warehouse == options["warehouse"]
+    plain = {**options, "warehouse": "abfss://lake/warehouse"}
+    assert IcebergOptions.from_options(plain).warehouse == "abfss://lake/warehouse"

@@ -9,7 +9,11 @@ entries by walking the branch's ancestry (newest first) for core's
 A takeover (``takeover_query_id``) cannot delete snapshots: the taking query's commit
 carries ``quixsinks.takeover-of`` = the old query id, and entries of that query older
 than such a snapshot no longer count. Pruning is left to snapshot expiry
-(``keep_snapshots``).
+(``keep_snapshots``, ``expire_snapshots_older_than``), which carries the newest entry of
+each streaming sink id whose snapshot it expires into a table property,
+``quixsinks.ledger.<sink id>`` = ``<batch id>:<query id>``, in the same commit
+(:mod:`.maintenance`): an entry older than every snapshot of the branch, so that a query
+restarted after a long pause still recognises its last batch and still owns its sink id.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from quixsinks.core.ledger import LedgerEntry, LedgerStore
 
 __all__ = [
     "BATCH_ID",
+    "CARRIED_PREFIX",
     "QUERY_ID",
     "SINK_ID",
     "TAKEOVER_OF",
     "SnapshotLedgerStore",
+    "carried_entry",
+    "carried_value",
     "summary_properties",
 ]
 
@@ -31,6 +38,23 @@ SINK_ID = "quixsinks.sink-id"
 QUERY_ID = "quixsinks.query-id"
 BATCH_ID = "quixsinks.batch-id"
 TAKEOVER_OF = "quixsinks.takeover-of"
+#: table property prefix of the entries carried over from expired snapshots
+CARRIED_PREFIX = "quixsinks.ledger."
+
+
+def carried_entry(properties: dict[str, str], sink_id: str) -> LedgerEntry | None:
+    """The entry of ``sink_id`` carried in the table's properties, or None."""
+    text = properties.get(CARRIED_PREFIX + sink_id)
+    if text is None:
+        return None
+    batch_text, _, query_id = text.partition(":")
+    if not batch_text.isdigit() or not query_id:
+        return None
+    return LedgerEntry(sink_id, int(batch_text), query_id)
+
+
+def carried_value(entry: LedgerEntry) -> str:
+    return f"{entry.batch_id}:{entry.query_id}"
 
 
 def summary_properties(
@@ -77,6 +101,9 @@ class SnapshotLedgerStore(LedgerStore):
                     found.append(LedgerEntry(sink_id, int(batch_text), query_id))
                 if TAKEOVER_OF in props:
                     dropped.add(props[TAKEOVER_OF])
+            carried = carried_entry(dict(metadata.properties), sink_id)
+            if carried is not None and carried.query_id not in dropped and carried not in found:
+                found.append(carried)  # older than every snapshot of the branch
             self._entries[sink_id] = found
         return self._entries[sink_id]
 
@@ -96,4 +123,4 @@ class SnapshotLedgerStore(LedgerStore):
         self.takeover_of = query_id
 
     def prune(self, sink_id: str, below_batch_id: int) -> None:
-        """Snapshot expiry (``keep_snapshots``) prunes the ledger with the history."""
+        """Snapshot expiry prunes the ledger with the history (see the module docstring)."""

@@ -12,22 +12,79 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
+from urllib.parse import urlparse
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import REDACTED, option
 from quixsinks.core.sink import LedgerOptions
 
-__all__ = ["CATALOG_PREFIX", "CATALOG_TYPES", "IcebergOptions", "is_secret_property"]
+__all__ = [
+    "CATALOG_PREFIX",
+    "CATALOG_TYPES",
+    "IcebergOptions",
+    "is_secret_property",
+    "parse_duration",
+]
 
 #: option prefix of catalog properties passed through to pyiceberg
 CATALOG_PREFIX = "catalog."
 #: catalog types pyiceberg's ``load_catalog`` knows (``aws_glue`` is Quix's name for glue)
 CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "in-memory", "bigquery")
+#: URI schemes of Azure storage locations
+AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 _CATALOG_TYPE_ALIASES = {"aws_glue": "glue", "memory": "in-memory", "sqlite": "sql"}
 
-_SECRET_WORDS = re.compile(r"(secret|token|credential|password|key-id|access-key|sas|signer)")
+_SECRET_WORDS = re.compile(
+    r"(secret|token|credential|password|key-id|access-key|account-key|sas|signer)"
+)
+#: a duration: a number and an optional unit (seconds without one)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "s": 1,
+    "sec": 1,
+    "secs": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "mins": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
+    "w": 604800,
+    "week": 604800,
+    "weeks": 604800,
+}
 
 T = TypeVar("T", bound="IcebergOptions")
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds of a duration such as ``7d``, ``12h``, ``30m``, ``90s`` or ``3600``."""
+    match = _DURATION.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise OptionError(
+            f"iceberg: {option!r} has value {text!r}, expected a duration such as 7d, 12h, "
+            "30m or 90s (a plain number is seconds)",
+            option=option,
+            value=text,
+            allowed="a number with an optional unit s, m, h, d or w",
+        )
+    seconds = float(match.group(1)) * _UNITS[unit]
+    if seconds <= 0:
+        raise OptionError(
+            f"iceberg: {option!r} has value {text!r}, expected a duration above zero",
+            option=option,
+            value=text,
+        )
+    return seconds
 
 
 def is_secret_property(key: str) -> bool:
@@ -62,7 +119,8 @@ class IcebergOptions(LedgerOptions):
     warehouse: str | None = option(
         None,
         aliases=("aws_s3_uri",),
-        doc="Where new tables' files go: a local directory or s3:// URI (Quix's aws_s3_uri)",
+        doc="Where new tables' files go: a local directory, an s3:// URI (Quix's aws_s3_uri) "
+        "or abfs://<container>/<path> (Azure: catalog.adls.* properties)",
     )
     aws_region: str | None = option(
         None, env="AWS_REGION", doc="glue and s3: the AWS region (default: AWS_REGION)"
@@ -103,7 +161,14 @@ class IcebergOptions(LedgerOptions):
         None,
         minimum=1,
         doc="Expire snapshots beyond this many of the newest once there are twice as many "
-        "(keeps commit time flat); default: keep all",
+        "(keeps commit time flat); with expire_snapshots_older_than, the least kept; "
+        "default: keep all",
+    )
+    expire_snapshots_older_than: str | None = option(
+        None,
+        doc="Expire snapshots older than this (e.g. 7d, 12h, 30m, 90s; a plain number is "
+        "seconds), beyond the newest keep_snapshots; the newest snapshot of each streaming "
+        "sink id (its ledger entry) is never expired; default: no age limit",
     )
     catalog_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
@@ -118,9 +183,11 @@ class IcebergOptions(LedgerOptions):
                 rest[key] = value
         parsed = super().from_options(rest)
         normal = _CATALOG_TYPE_ALIASES.get(parsed.catalog_type.lower(), parsed.catalog_type.lower())
-        return dataclasses.replace(
+        result = dataclasses.replace(
             parsed, catalog_type=normal, catalog_properties=tuple(sorted(passthrough.items()))
         )
+        result._check_azure_warehouse()  # needs the pass-through properties
+        return result
 
     def validate(self) -> None:
         super().validate()
@@ -147,10 +214,38 @@ class IcebergOptions(LedgerOptions):
                 "e.g. /data/warehouse, or an s3:// URI); its SQLite catalog file goes there",
                 option="warehouse",
             )
+        if self.expire_snapshots_older_than is not None:
+            parse_duration(self.expire_snapshots_older_than, "expire_snapshots_older_than")
         if kind == "rest" and self.catalog_uri is None:
             raise OptionError(
                 "iceberg: catalog_type=rest needs 'catalog_uri' (the REST catalog's URL)",
                 option="catalog_uri",
+            )
+
+    def _check_azure_warehouse(self) -> None:
+        """pyiceberg's pyarrow FileIO (the default here) reads an Azure location as
+        ``abfs://<container>/<path>``; the ``container@account.host`` form fails deep in
+        the first write: refuse it now, saying what to write."""
+        if self.warehouse is None:
+            return
+        parsed = urlparse(self.warehouse)
+        io_impl = dict(self.catalog_properties).get("py-io-impl", "")
+        if (
+            parsed.scheme in AZURE_SCHEMES
+            and "@" in parsed.netloc
+            and (not io_impl or io_impl.endswith("PyArrowFileIO"))
+        ):
+            container, _, host = parsed.netloc.partition("@")
+            account = host.split(".")[0]
+            raise OptionError(
+                f"iceberg: warehouse {self.warehouse!r}: pyiceberg's pyarrow FileIO reads "
+                f"Azure locations as {parsed.scheme}://<container>/<path>: write "
+                f"{parsed.scheme}://{container}{parsed.path} with "
+                f"catalog.adls.account-name={account} (and catalog.adls.account-key or "
+                "catalog.adls.sas-token), or use pyiceberg's fsspec FileIO "
+                "(catalog.py-io-impl=pyiceberg.io.fsspec.FsspecFileIO, pip install adlfs)",
+                option="warehouse",
+                value=self.warehouse,
             )
 
     def shown_catalog_properties(self) -> dict[str, str]:
@@ -165,6 +260,12 @@ class IcebergOptions(LedgerOptions):
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.redacted().items() if v not in (None, (), {})}
         return "IcebergOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    @property
+    def expire_older_than_seconds(self) -> float | None:
+        """``expire_snapshots_older_than`` in seconds (None: no age limit)."""
+        text = self.expire_snapshots_older_than
+        return None if text is None else parse_duration(text, "expire_snapshots_older_than")
 
     @property
     def namespace(self) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from quixsinks.core.errors import (
+    CommitError,
     DestinationError,
     DestinationNotFoundError,
     OptionError,
@@ -42,8 +44,10 @@ from .catalog import catalog_properties, forget_catalog, import_pyiceberg, load_
 from .catalog import scrub as _scrub
 from .commit import append_once
 from .ledger import SnapshotLedgerStore
+from .maintenance import carried_properties, snapshots_to_expire
 from .options import IcebergOptions
 from .partitioning import QUIX_LAYOUT, PartitionField, parse_partition_by, to_transform
+from .quix_layout import conform_schema, layout_schema, layout_table
 
 __all__ = ["IcebergSink", "TablePlan"]
 
@@ -57,12 +61,17 @@ NEW_TABLE_PROPERTIES = {
 
 #: (table location) -> monotonic time of this process's last orphan sweep
 _SWEPT: dict[str, float] = {}
+#: schema commits a task tries to add its JSON's columns (concurrent tasks race)
+SCHEMA_MAX_ATTEMPTS = 50
 #: a process sweeps one table at most this often
 SWEEP_INTERVAL_SECONDS = 3600.0
 
 _PLANS_LOCK = threading.Lock()
 _PLANS: dict[tuple[Any, ...], TablePlan] = {}
 _METADATA: dict[str, Any] = {}
+#: (the plan's table metadata, a batch's parsed JSON schema) -> (the columns as written, the table
+#: metadata that holds them): an executor evolves the table once per new JSON shape
+_JSON_FITS: dict[tuple[str, pa.Schema], tuple[pa.Schema, Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -165,16 +174,28 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
         opts = self.options
-        _check_types(schema)
+        assert self.records is not None
+        json_values = self.records.value_json
+        # a JSON value (Kafka's): Quix's layout, _key and _timestamp now, the value
+        # columns added by the executors as each batch's JSON shows them
+        rows = layout_schema(schema, self.records) if json_values else schema
+        _check_types(rows)
         if opts.partition_by is not None:
             self.partition_fields = parse_partition_by(opts.partition_by)
-        elif all(f.source in schema.names for f in QUIX_LAYOUT):
+        elif all(f.source in rows.names for f in QUIX_LAYOUT):
             self.partition_fields = QUIX_LAYOUT
         for pf in self.partition_fields:
-            if pf.source not in schema.names:
+            if pf.source not in rows.names:
+                note = (
+                    " (the value is JSON, parsed per batch: a new table can be partitioned by "
+                    "_key and _timestamp only; partition by a JSON key on a table that has "
+                    "the column already, or set value_format=columns)"
+                    if json_values
+                    else ""
+                )
                 raise OptionError(
                     f"iceberg: 'partition_by' names column {pf.source!r}, which the DataFrame "
-                    f"does not have; its columns are: {', '.join(schema.names)}",
+                    f"does not have; its columns are: {', '.join(rows.names)}{note}",
                     option="partition_by",
                     value=opts.partition_by,
                 )
@@ -182,7 +203,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         with _PLANS_LOCK:
             plan = _PLANS.get(key)
         if plan is None:
-            plan = self._ensure_table(schema)
+            plan = self._ensure_table(rows)
             with _PLANS_LOCK:
                 _PLANS[key] = plan
         self.plan = plan
@@ -272,9 +293,10 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         )
         return table
 
-    def _reconcile(self, table: Any, schema: pa.Schema) -> bool:
-        """Check the DataFrame fits the table; evolve it (schema_mode=evolve). False when a
-        concurrent schema change won (reload and try again)."""
+    def _reconcile(self, table: Any, schema: pa.Schema, source: str = "the DataFrame") -> bool:
+        """Check the DataFrame (or a batch's JSON values: ``source``) fits the table; evolve
+        it (schema_mode=evolve). False when a concurrent schema change won (reload and try
+        again)."""
         from pyiceberg.exceptions import CommitFailedException
 
         opts = self.options
@@ -283,7 +305,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         missing = [f.name for f in current.fields if f.required and f.name not in names]
         if missing:
             raise OptionError(
-                f"iceberg: table {opts.table_name} has required columns the DataFrame lacks: "
+                f"iceberg: table {opts.table_name} has required columns {source} lacks: "
                 f"{', '.join(missing)}",
                 option="table_name",
                 value=opts.table_name,
@@ -294,7 +316,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             evolved = update._apply()
         except Exception as exc:
             raise OptionError(
-                f"iceberg: the DataFrame's schema is incompatible with table "
+                f"iceberg: the schema of {source} is incompatible with table "
                 f"{opts.table_name} ({exc}); only new columns and safe widening (int to "
                 "bigint, float to double, wider decimal) are allowed",
                 option="schema_mode",
@@ -305,7 +327,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         changes = sorted(set(map(str, evolved.fields)) - set(map(str, current.fields)))
         if opts.schema_mode == "freeze":
             raise OptionError(
-                f"iceberg: the DataFrame does not fit table {opts.table_name} and "
+                f"iceberg: {source} does not fit table {opts.table_name} and "
                 f"schema_mode=freeze: it would need {'; '.join(changes)}",
                 option="schema_mode",
                 value="freeze",
@@ -341,13 +363,53 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         table = self._load_table()
         self.options.ledger(SnapshotLedgerStore(table)).check(context.sink_id, context.query_id)
 
+    def _json_rows(self, batch: Any) -> tuple[pa.Table, Any]:
+        """A batch with a JSON value in Quix's layout, and the table metadata to write it
+        with: the table's schema is evolved (schema_mode=evolve) when the JSON has keys or
+        types it lacks, once per process and JSON shape."""
+        assert self.plan is not None
+        rows = layout_table(batch)
+        cache_key = (self.plan.metadata_json, rows.schema)
+        fit = _JSON_FITS.get(cache_key)
+        if fit is None:
+            fit = self._evolve_for(rows.schema, f"the JSON of batch {batch.batch_id}")
+            if len(_JSON_FITS) > 64:
+                _JSON_FITS.clear()
+            _JSON_FITS[cache_key] = fit
+        columns, metadata = fit
+        return rows.select(columns.names).cast(columns), metadata
+
+    def _evolve_for(self, parsed: pa.Schema, source: str) -> tuple[pa.Schema, Any]:
+        """Evolve the table to hold ``parsed`` (an executor, between tasks of other
+        partitions doing the same: a lost race reloads and checks again; each round
+        one of the racing tasks wins, so the attempts grow with the number of tasks)."""
+        for attempt in range(SCHEMA_MAX_ATTEMPTS):
+            table = self._load_table()
+            columns = conform_schema(parsed, table.schema())
+            try:
+                _check_types(columns)
+                if self._reconcile(table, columns, source):
+                    break
+            except OptionError as exc:
+                raise RecordError(str(exc)) from None
+            time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 10)))  # spread the racers
+        else:
+            raise CommitError(
+                f"iceberg: the schema of {self.options.table_name} kept changing while the "
+                f"columns of {source} were being added ({SCHEMA_MAX_ATTEMPTS} attempts)"
+            )
+        table = self._load_table()
+        return conform_schema(parsed, table.schema()), table.metadata
+
     def write(self, batch: Any) -> list[Any]:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+        if batch.records.value_json:
+            rows, metadata = self._json_rows(batch)
+        else:
+            rows, metadata = batch.table, self._metadata()
         try:
-            files = list(
-                _dataframe_to_data_files(self._metadata(), batch.table, self._io(), uuid.uuid4())
-            )
+            files = list(_dataframe_to_data_files(metadata, rows, self._io(), uuid.uuid4()))
         except (ValueError, TypeError) as exc:
             raise RecordError(
                 f"iceberg: batch {batch.batch_id} partition {batch.partition_id} cannot be "
@@ -393,34 +455,53 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         self._sweep_orphans()
 
     def _maintain(self) -> None:
-        """Expire snapshots beyond ``keep_snapshots`` once there are twice as many (best
-        effort: a failure is logged)."""
-        keep = self.options.keep_snapshots
-        if keep is None:
+        """Expire old snapshots (``keep_snapshots``, ``expire_snapshots_older_than``) in
+        bulk, never the ledger entries a restart needs (:mod:`.maintenance`); best effort:
+        a failure is logged."""
+        opts = self.options
+        keep = opts.keep_snapshots
+        max_age = opts.expire_older_than_seconds
+        if keep is None and max_age is None:
             return
         try:
             table = self._load_table()
-            from pyiceberg.table.snapshots import ancestors_of
-
-            meta = table.metadata
-            if len(meta.snapshots) <= 2 * keep:
-                return  # expire in bulk: one extra commit every `keep` micro-batches
-            kept = {
-                s.snapshot_id
-                for _, s in zip(
-                    range(keep), ancestors_of(meta.current_snapshot(), meta), strict=False
-                )
-            }
-            referenced = {ref.snapshot_id for ref in meta.refs.values()}
-            old = [s.snapshot_id for s in meta.snapshots if s.snapshot_id not in kept | referenced]
+            cutoff = None if max_age is None else int(_now_ms() - max_age * 1000)
+            old = snapshots_to_expire(table.metadata, keep, cutoff)
             if old:
-                table.maintenance.expire_snapshots().by_ids(old).commit()
+                self._expire(table, old)
         except Exception as exc:
             logger.warning(
                 "iceberg: expiring old snapshots of %s failed (the data is committed): %s",
-                self.options.table_name,
-                _scrub(str(exc), self.options),
+                opts.table_name,
+                _scrub(str(exc), opts),
             )
+
+    def _expire(self, table: Any, old: list[int]) -> None:
+        """One commit: the snapshots expired, the ledger entries they held that a restart
+        needs carried into table properties; refused if the branch moved meanwhile."""
+        from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
+        from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+        meta = table.metadata
+        to_set, to_remove = carried_properties(meta, set(old))
+        tx = table.transaction()
+        ExpireSnapshots(tx).by_ids(old).commit()
+        if to_set:
+            tx.set_properties(to_set)
+        if to_remove:
+            tx.remove_properties(*to_remove)
+        requirements = (
+            *tx._requirements,
+            AssertTableUUID(uuid=meta.table_uuid),
+            AssertRefSnapshotId(ref="main", snapshot_id=meta.current_snapshot_id),  # type: ignore[call-arg]
+        )
+        table.catalog.commit_table(table, requirements, tx._updates)
+        logger.info(
+            "iceberg: expired %d old snapshots of %s (ledger entries carried: %s)",
+            len(old),
+            self.options.table_name,
+            ", ".join(sorted(to_set)) or "none",
+        )
 
     def _sweep_orphans(self, force: bool = False) -> int:
         """Delete data files under the table's ``data/`` that no snapshot names and that are
@@ -458,7 +539,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
         except FileNotFoundError:
             return 0
-        cutoff = time.time() - self.options.staging_max_age_hours * 3600
+        cutoff = _now_ms() / 1000 - self.options.staging_max_age_hours * 3600
         old = {
             info.path
             for info in infos
@@ -515,6 +596,11 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             )
             keep = _referenced(table)
         self._delete_files(files, keep=keep)
+
+
+def _now_ms() -> float:
+    """The wall clock in milliseconds (snapshot timestamps are wall-clock times)."""
+    return time.time() * 1000
 
 
 def _referenced(table: Any) -> set[str]:

@@ -1,0 +1,194 @@
+"""Quix's row layout for JSON values: ``_key``, ``_timestamp`` + the parsed value columns.
+
+When core's record model parses a JSON value column (Spark's Kafka source schema with
+``value_format=auto``, or ``value_format=json``), the rows written to the table are Quix
+IcebergSink's: ``_key`` (the record key as text), ``_timestamp`` (the record time) and
+one column per JSON key, parsed by core's parser (:mod:`quixsinks.core.records`). The
+Kafka metadata columns (topic, partition, offset, headers, timestampType) are not written,
+as in Quix.
+
+The value columns are only known per batch, on the executors. :func:`conform_schema`
+reconciles a batch's parsed types with the table's schema before the sink evolves it:
+
+* a key whose values are all null in this batch (JSON ``null``, or no row has it) has no
+  type yet: it takes the table's type when the table has that column, and is otherwise
+  left out of this batch's files (every value of it is null; the column is added by the
+  first batch that has a value for it). The same holds inside objects and arrays;
+* an integer key of a column the table holds as double is written as double (core's
+  parser widens int and float in one key to double within a batch; this does the same
+  across batches).
+
+Anything else the table cannot take (a string in a bigint column) fails the schema
+evolution with the column named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.errors import RecordError
+from quixsinks.core.records import RecordSchema
+
+__all__ = ["KEY", "TIMESTAMP", "conform_schema", "layout_schema", "layout_table"]
+
+KEY = "_key"
+TIMESTAMP = "_timestamp"
+
+
+def _key_type(t: pa.DataType) -> pa.DataType:
+    """``_key`` holds text (Quix's StringType): binary keys are decoded as UTF-8."""
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t):
+        return pa.string()
+    if pa.types.is_large_string(t):
+        return pa.string()
+    return t
+
+
+def _timestamp_type(t: pa.DataType) -> pa.DataType:
+    """``_timestamp``: a timestamp column as it is (microseconds), integer milliseconds as a
+    UTC timestamp."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", t.tz)
+    return pa.timestamp("us", "UTC")
+
+
+def layout_schema(schema: pa.Schema, records: RecordSchema) -> pa.Schema:
+    """The columns of Quix's layout known at planning: ``_key`` and ``_timestamp`` (the
+    value columns come from each batch's JSON)."""
+    fields = []
+    if records.key is not None:
+        fields.append(pa.field(KEY, _key_type(schema.field(records.key).type)))
+    if records.timestamp is not None:
+        fields.append(pa.field(TIMESTAMP, _timestamp_type(schema.field(records.timestamp).type)))
+    return pa.schema(fields)
+
+
+def _keys(batch: SinkBatch) -> pa.Array:
+    keys = batch.keys()
+    target = _key_type(keys.type)
+    if keys.type == target:
+        return keys
+    try:
+        return keys.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        bad = next((i for i, k in enumerate(keys.to_pylist()) if not _is_utf8(k)), None)
+        where = (
+            f"row {bad} of batch {batch.batch_id} has a key"
+            if bad is not None
+            else (f"the keys of batch {batch.batch_id} ({exc}) are")
+        )
+        raise RecordError(
+            f"iceberg: {where} that is not UTF-8 text; _key holds text (Quix's layout): "
+            "select the key as text yourself (e.g. hex(key) AS key or base64(key) AS key), "
+            "or set value_format=columns to write the columns as they are",
+            column=batch.records.key,
+            row=bad,
+        ) from None
+
+
+def _is_utf8(key: Any) -> bool:
+    if not isinstance(key, bytes):
+        return True
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _timestamps(batch: SinkBatch) -> pa.Array:
+    records = batch.records
+    assert records.timestamp is not None
+    column = batch.table.column(records.timestamp).combine_chunks()
+    target = _timestamp_type(column.type)
+    if pa.types.is_timestamp(column.type):
+        return column.cast(target)
+    millis = batch.timestamps_ms()
+    return millis.cast(pa.timestamp("ms", "UTC")).cast(target)
+
+
+def layout_table(batch: SinkBatch) -> pa.Table:
+    """The batch's rows in Quix's layout: ``_key``, ``_timestamp`` + the parsed JSON keys.
+
+    A JSON key named ``_key`` or ``_timestamp`` would collide with the record's own: the
+    batch fails naming it (never one value silently replacing the other).
+    """
+    records = batch.records
+    values = batch.values()
+    own = [n for n, c in ((KEY, records.key), (TIMESTAMP, records.timestamp)) if c is not None]
+    clash = [n for n in own if n in values.column_names]
+    if clash:
+        raise RecordError(
+            f"iceberg: the JSON values of batch {batch.batch_id} have a key {clash[0]!r}, "
+            f"which Quix's layout uses for the record's own {clash[0][1:]}; rename it in the "
+            "producer, or set value_format=columns to write the value unparsed",
+            column=clash[0],
+        )
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    if records.key is not None:
+        columns[KEY] = _keys(batch)
+    if records.timestamp is not None:
+        columns[TIMESTAMP] = _timestamps(batch)
+    for name in values.column_names:
+        columns[name] = values.column(name)
+    if not columns:
+        return values
+    return pa.table(columns)
+
+
+def _field_type(existing: Any, name: str) -> Any:
+    """The type of ``existing``'s (an Iceberg struct) field ``name``, or None."""
+    if existing is None or not getattr(existing, "is_struct", False):
+        return None
+    for f in existing.fields:
+        if f.name == name:
+            return f.field_type
+    return None
+
+
+def _arrow(iceberg_type: Any) -> pa.DataType:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    return schema_to_pyarrow(iceberg_type, include_field_ids=False)
+
+
+def conform_type(t: pa.DataType, existing: Any) -> pa.DataType | None:
+    """``t`` made to fit the table's type ``existing`` (None: the table lacks it), or None
+    when it has no type to add (null everywhere); see the module docstring."""
+    from pyiceberg.types import DoubleType, ListType
+
+    if pa.types.is_null(t):
+        return None if existing is None else _arrow(existing)
+    if pa.types.is_struct(t):
+        children = []
+        for child in t:
+            conformed = conform_type(child.type, _field_type(existing, child.name))
+            if conformed is not None:
+                children.append(child.with_type(conformed))
+        if not children:
+            return None if existing is None else _arrow(existing)
+        return pa.struct(children)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        element = existing.element_type if isinstance(existing, ListType) else None
+        item = conform_type(t.value_type, element)
+        if item is None:
+            return None if existing is None else _arrow(existing)
+        return pa.list_(t.value_field.with_type(item))
+    if pa.types.is_int64(t) and isinstance(existing, DoubleType):
+        return pa.float64()
+    return t
+
+
+def conform_schema(schema: pa.Schema, table_schema: Any) -> pa.Schema:
+    """The batch's columns as they will be written against the table's current schema
+    (columns without a type dropped, integers of double columns widened)."""
+    struct = table_schema.as_struct()
+    fields = []
+    for f in schema:
+        conformed = conform_type(f.type, _field_type(struct, f.name))
+        if conformed is not None:
+            fields.append(f.with_type(conformed).with_nullable(True))
+    return pa.schema(fields)
