@@ -113,7 +113,7 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
 ) -> None:
     pg_options = {**pg["options"], "table_name": "events"}
     seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
-    ids = write_input_files(tmp_path / "in", files=8, rows_per_file=40)
+    ids = write_input_files(tmp_path / "in", files=6, rows_per_file=40)
     args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv")]
     prepared = {**pg["options"], "table_name": "events_prepared", "write_mode": "prepared"}
     env = {**os.environ, "QUIXSINKS_KILL_PG_PREPARED": json.dumps(prepared)}
