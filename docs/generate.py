@@ -27,9 +27,14 @@ def options_class(name: str) -> type[SinkOptions]:
     """``common`` or a built-in sink's format name -> its options class."""
     if name == "common":
         return CommonOptions
-    from quixsinks.spark.registry import load_data_source
+    import importlib
 
-    return load_data_source(name).sink_class.options_class
+    from quixsinks.spark.registry import BUILTIN_SINKS
+
+    # the options need no extra: a docs build without pyiceberg still renders iceberg's
+    module = importlib.import_module(BUILTIN_SINKS[name])
+    options: type[SinkOptions] = module.DefaultSource.sink_class.options_class
+    return options
 
 
 def table(name: str) -> str:
