@@ -37,8 +37,13 @@ demo: install
 	$(PY) examples/streaming_demo.py
 
 ## Run every test (unit and integration, with the servers they need), then the compat tests.
+## The compat virtualenv is built in the background while the main run's tests go.
 test: install services
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@{ $(MAKE) --no-print-directory $(COMPAT_VENV)/.installed-stamp > .compat-venv.log 2>&1; \
+	   echo $$? > .compat-venv.rc; } & \
+	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; wait; \
+	if [ "$$(cat .compat-venv.rc)" != 0 ]; then cat .compat-venv.log; exit 1; fi; \
+	if [ $$status != 0 ]; then exit $$status; fi
 	$(MAKE) test-compat
 
 ## The oldest supported versions (pyspark 4.1.0, pyarrow 15) in a second virtualenv: the unit

@@ -27,7 +27,7 @@ from quixsinks.testing import kill_at_random
 from .streams import read_jsonl_ids, write_input_files
 
 JOB = Path(__file__).with_name("kill_job.py")
-KILLS = 3
+KILLS = 2
 
 
 def start_job(
