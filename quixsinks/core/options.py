@@ -355,9 +355,9 @@ def load_callable(path: str, *, option_name: str) -> Callable[..., Any]:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, ValueError) as exc:
         raise OptionError(
-            f"option {option_name!r}: cannot import {path!r}: {exc}",
+            f"option {option_name!r}: {path!r} cannot be imported: {exc}",
             option=option_name,
             value=path,
         ) from exc

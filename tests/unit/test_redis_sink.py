@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quixsinks.core.batch import SinkBatch, WriteContext
@@ -104,24 +104,23 @@ def test_key_serializer_gets_the_key_and_the_value_like_quix() -> None:
 
 
 class _ScriptedSocket:
-    """Answers with canned reply bytes, cut into the given chunk sizes."""
+    """A server that answers each pipeline with canned reply bytes once it is sent, handed
+    out in chunks of the given sizes (cut anywhere, as TCP may)."""
 
-    def __init__(self, replies: bytes, cuts: list[int]) -> None:
-        self.chunks: list[bytes] = []
-        start = 0
-        for cut in cuts:
-            if start < len(replies):
-                self.chunks.append(replies[start : start + cut])
-                start += cut
-        if start < len(replies):
-            self.chunks.append(replies[start:])
+    def __init__(self, replies: list[bytes], cuts: list[int]) -> None:
+        self.replies = list(replies)  # per pipeline, in the order they are sent
+        self.cuts = list(cuts)
+        self.available = b""
         self.sent: list[bytes] = []
 
     def sendall(self, body: Any) -> None:
         self.sent.append(bytes(body))
+        self.available += self.replies.pop(0)
 
     def recv(self, size: int) -> bytes:
-        return self.chunks.pop(0) if self.chunks else b""
+        cut = self.cuts.pop(0) if self.cuts else len(self.available)
+        chunk, self.available = self.available[:cut], self.available[cut:]
+        return chunk  # empty: nothing was sent that awaits a reply (a real client would hang)
 
 
 class _Conn:
@@ -129,6 +128,7 @@ class _Conn:
         self._sock = sock
 
 
+@settings(deadline=None)  # the first example imports hiredis
 @given(
     kinds=st.lists(
         st.sampled_from(["+OK", ":1", ":-3", "-WRONGTYPE bad", "$2\r\nab"]), min_size=1, max_size=40
@@ -146,7 +146,10 @@ def test_replies_are_counted_or_parsed_alike_however_they_arrive(
         redis_sink.Window(pa.py_buffer(b"x"), len(kinds[i : i + per_window]), i, pa.array([1]))
         for i in range(0, len(kinds), per_window)
     ]
-    replies = b"".join(k.encode() + b"\r\n" for k in kinds)
+    replies = [
+        b"".join(k.encode() + b"\r\n" for k in kinds[i : i + per_window])
+        for i in range(0, len(kinds), per_window)
+    ]
     sock = _ScriptedSocket(replies, cuts)
     errors = redis_sink._exchange(windows, _Conn(sock), simple=simple)
     expected = [

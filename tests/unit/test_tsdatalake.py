@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.sinks.tsdatalake import TSDataLakeOptions
+from quixsinks.sinks.tsdatalake.catalog import _time_value, _typed, expand, spec_fields
 from quixsinks.sinks.tsdatalake.layout import NULL_PARTITION, Layout
 from quixsinks.sinks.tsdatalake.silence import (
     SilenceSpool,
@@ -222,8 +223,6 @@ def lake_options(**extra: str) -> TSDataLakeOptions:
 def test_the_partition_spec_is_equivalent_to_the_hive_columns(
     hive: str, ts_type: pa.DataType | None, expected: list[str]
 ) -> None:
-    from quixsinks.sinks.tsdatalake.catalog import spec_fields
-
     fields = spec_fields(lake_options(hive_columns=hive), ts_type)
     got = [f.source if f.transform == "identity" else f"{f.transform}({f.source})" for f in fields]
     assert got == expected
@@ -239,15 +238,11 @@ def test_a_spec_stands_for_exactly_its_hive_columns(
     hive: list[str], ts_type: pa.DataType | None
 ) -> None:
     """Read back, the spec the sink creates is the layout it checks tables against."""
-    from quixsinks.sinks.tsdatalake.catalog import expand, spec_fields
-
     assert expand(spec_fields(lake_options(hive_columns=",".join(hive)), ts_type)) == hive
 
 
 @given(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 12, 31)))
 def test_time_partition_values_from_a_path_match_icebergs_transforms(when: dt.datetime) -> None:
-    from quixsinks.sinks.tsdatalake.catalog import _time_value
-
     path = {
         "year": f"{when.year:04d}",
         "month": f"{when.month:02d}",
@@ -265,8 +260,6 @@ def test_time_partition_values_from_a_path_match_icebergs_transforms(when: dt.da
 
 
 def test_identity_values_from_a_path_take_their_columns_type() -> None:
-    from quixsinks.sinks.tsdatalake.catalog import _typed
-
     assert _typed("42", "long") == 42
     assert _typed("true", "boolean") is True
     assert _typed("1970-01-11", "date") == 10

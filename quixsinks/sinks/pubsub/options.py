@@ -166,7 +166,7 @@ class PubSubOptions(CommonOptions):
             )
         for name in ("key_serializer", "value_serializer"):
             path = getattr(self, name)
-            if path is not None and ":" not in path and "." not in path:
+            if path is not None and ":" not in path:
                 raise OptionError(
                     f"pubsub: {name!r} must be an import path such as mypackage.module:function",
                     option=name,

@@ -34,7 +34,6 @@ replayed micro-batch publishes its messages again, with the same ``qs_dedupe_id`
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -57,6 +56,7 @@ from quixsinks.core.errors import (
     RetryableError,
 )
 from quixsinks.core.formats import csv_keys, json_objects
+from quixsinks.core.options import load_callable
 from quixsinks.core.sink import Sink, Task
 
 from .options import MAX_MESSAGE_BYTES, PubSubOptions
@@ -101,19 +101,6 @@ def import_client() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("google-cloud-pubsub", "pubsub") from exc
     return pubsub_v1
-
-
-def _load_callable(path: str, option: str) -> Callable[..., Any]:
-    module_name, _, attribute = path.replace(":", ".").rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise OptionError(
-            f"pubsub: {option!r} {path!r} cannot be imported: {exc}", option=option, value=path
-        ) from None
-    if not callable(found):
-        raise OptionError(f"pubsub: {option!r} {path!r} is not callable", option=option, value=path)
-    return found  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -258,7 +245,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
             (opts.value_serializer, "value_serializer"),
         ):
             if path is not None:
-                _load_callable(path, option_name)
+                load_callable(path, option_name=option_name)
 
     def preflight(self) -> None:
         """Check that the topic exists (``get_topic``): missing, unreachable or refused fails
@@ -479,7 +466,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
             return column
         values = batch.values()
         if opts.value_serializer is not None:
-            fn = _load_callable(opts.value_serializer, "value_serializer")
+            fn = load_callable(opts.value_serializer, option_name="value_serializer")
             out: list[bytes] = []
             for i, value in enumerate(values.to_pylist()):
                 out.append(_as_bytes(fn(value), "value_serializer", row0 + i))
@@ -500,7 +487,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
             if records.key is not None:
                 key = batch.column(records.key)
                 if opts.key_serializer is not None:
-                    fn = _load_callable(opts.key_serializer, "key_serializer")
+                    fn = load_callable(opts.key_serializer, option_name="key_serializer")
                     texts = [
                         None if k is None else _str(fn(k), "key_serializer", row0 + i)
                         for i, k in enumerate(key.to_pylist())

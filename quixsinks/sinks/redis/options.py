@@ -176,7 +176,7 @@ class RedisOptions(LedgerOptions):
             )
         for name in ("key_serializer", "value_serializer"):
             path = getattr(self, name)
-            if path is not None and ":" not in path and "." not in path:
+            if path is not None and ":" not in path:
                 raise OptionError(
                     f"redis: {name!r} must be an import path such as mypackage.module:function",
                     option=name,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import importlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from quixsinks.core.errors import (
 )
 from quixsinks.core.formats import json_column, json_object_pieces, json_objects
 from quixsinks.core.ledger import fence_owners
+from quixsinks.core.options import load_callable
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
 
 from .ledger import COMMIT_SCRIPT, RedisLedgerStore, ledger_key, registry_key, staging_key
@@ -84,19 +84,6 @@ def import_client() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("redis[hiredis]", "redis") from exc
     return redis
-
-
-def _load_callable(path: str, option: str) -> Callable[..., Any]:
-    module_name, _, attribute = path.replace(":", ".").rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise OptionError(
-            f"redis: {option!r} {path!r} cannot be imported: {exc}", option=option, value=path
-        ) from None
-    if not callable(found):
-        raise OptionError(f"redis: {option!r} {path!r} is not callable", option=option, value=path)
-    return found  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------- RESP in Arrow
@@ -273,7 +260,7 @@ class RedisSink(Sink[RedisOptions, str]):
             (opts.value_serializer, "value_serializer"),
         ):
             if path is not None:
-                _load_callable(path, option_name)
+                load_callable(path, option_name=option_name)
 
     def preflight(self) -> None:
         """Connect once (AUTH, SELECT, PING): unreachable, refused or wrong db fails here."""
@@ -637,7 +624,7 @@ class RedisSink(Sink[RedisOptions, str]):
             assert self.records is not None
             assert self.records.key is not None
             if opts.key_serializer is not None:  # Quix's key_serializer(key, value)
-                fn = _load_callable(opts.key_serializer, "key_serializer")
+                fn = load_callable(opts.key_serializer, option_name="key_serializer")
                 raw = batch.column(self.records.key).to_pylist()
                 rows = self._value_table(batch).to_pylist()
                 keys = _python_texts(
@@ -740,7 +727,7 @@ class RedisSink(Sink[RedisOptions, str]):
             return value
         table = self._value_table(batch)
         if opts.value_serializer is not None:
-            fn = _load_callable(opts.value_serializer, "value_serializer")
+            fn = load_callable(opts.value_serializer, option_name="value_serializer")
             return _python_texts([fn(v) for v in table.to_pylist()], "value_serializer")
         return pc.cast(json_objects(table), pa.binary())
 
