@@ -99,12 +99,17 @@ def spec_fields(
     return fields
 
 
-def hive_equivalent(spec: Any, schema: Any) -> list[str]:
-    """The hive columns a table's partition spec stands for (``?`` for what has none)."""
-    return expand(
+def _fields(spec: Any, schema: Any) -> list[PartitionField]:
+    """A table's partition spec as partition fields named by their source columns."""
+    return [
         PartitionField(str(schema.find_column_name(f.source_id)), str(f.transform))
         for f in spec.fields
-    )
+    ]
+
+
+def hive_equivalent(spec: Any, schema: Any) -> list[str]:
+    """The hive columns a table's partition spec stands for (``?`` for what has none)."""
+    return expand(_fields(spec, schema))
 
 
 def expand(fields: Iterable[PartitionField]) -> list[str]:
@@ -124,15 +129,6 @@ def _describe(fields: Sequence[PartitionField]) -> str:
     return ", ".join(
         f.source if f.transform == "identity" else f"{f.transform}({f.source})" for f in fields
     )
-
-
-def _describe_spec(spec: Any, schema: Any) -> str:
-    parts = []
-    for field in spec.fields:
-        source = schema.find_column_name(field.source_id)
-        transform = str(field.transform)
-        parts.append(str(source) if transform == "identity" else f"{transform}({source})")
-    return ", ".join(parts) or "unpartitioned"
 
 
 class CatalogTable:
@@ -257,9 +253,10 @@ class CatalogTable:
             if str(f.transform) in TIME_COLUMNS
         }
         if theirs != list(opts.hive_columns) or time_sources - {opts.timestamp_column}:
+            layout = _describe(_fields(spec, schema)) or "unpartitioned"
             raise OptionError(
                 f"tsdatalake: table {self.identifier} in the catalog is partitioned by "
-                f"{_describe_spec(spec, schema)}, which is not the hive columns "
+                f"{layout}, which is not the hive columns "
                 f"{'/'.join(opts.hive_columns) or '(unpartitioned)'} on timestamp_column "
                 f"{opts.timestamp_column!r}; write with its layout or to another table",
                 option="hive_columns",
@@ -279,11 +276,12 @@ class CatalogTable:
                 fields.append(pa.field(pf.source, pa.string()))  # a derived time column
         return pa.schema(fields)
 
-    def ensure(self, row_schema: pa.Schema) -> Any:
-        """Load or create the table, and evolve its schema to hold these rows."""
+    def ensure(self, row_schema: pa.Schema, table: Any = None) -> Any:
+        """Load (unless ``table`` is the table, loaded) or create the table, and evolve its
+        schema to hold these rows."""
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
 
-        table = self.load()
+        table = table if table is not None else self.load()
         if table is None:
             if not self.options.auto_discover:
                 self._load_existing()
@@ -381,7 +379,8 @@ class CatalogTable:
             return False  # a replay after a landed registration: no footer to read
         files = [f if f.footer is not None else read(f.key) for f in files]
         in_files = [f.footer.schema.to_arrow_schema() for f in files]
-        table = self.ensure(_union([*([row_schema] if row_schema else []), *in_files]))
+        rows = _union([*([row_schema] if row_schema else []), *in_files])
+        table = self.ensure(rows, table)  # the table loaded for the ledger check above
         data_files = [self._data_file(table, f) for f in files]
         outcome = append_once(
             context,
