@@ -6,8 +6,9 @@ take the same cached DataFrame (``--rows`` rows, the foundation benchmark's six 
 columns); every row becomes one key ``b:<id>`` (unique):
 
 * ``noop-arrow``: the quixsinks Arrow writer path with a do-nothing sink (the floor);
-* ``redis-string``: the ``redis`` sink, ``data_type=string``: ``SET b:<id> <JSON of the
-  value columns>`` (Quix's behaviour), pipelines of ``pipeline_size`` (default 1,000);
+* ``redis-string``: the ``redis`` sink, ``data_type=string``: key ``b:<id>``, value the JSON
+  of the value columns (Quix's behaviour), one ``MSET`` of ``pipeline_size`` keys (default
+  1,000) per round trip;
 * ``redis-hash``: ``data_type=hash``: ``HSET b:<id>`` one field per value column;
 * ``quix-redis``: Quix Streams' ``RedisSink`` into the same server, fed the same rows
   as Python dicts through ``add()`` and one ``flush()`` in this process (one MULTI/EXEC
@@ -209,10 +210,11 @@ def benchmark_case(server: Server, rows: int, value_bytes: int) -> Case:
 NOTES = """
 Targets (issue), on the best times' rows/s:
 {targets}
-Keys `b:<id>` (unique per row). `redis-string` writes `SET b:<id> <JSON object of id,
-value, flag, name>` ({value_bytes} bytes on average), `redis-hash` `HSET b:<id>` with those
-four fields; both through the `redis` sink (RESP built in Arrow, pipelines of {pipeline}
-commands read with hiredis, one connection per Python worker). `quix-redis` is Quix
+Keys `b:<id>` (unique per row). `redis-string` writes `b:<id>` = the JSON object of id,
+value, flag, name ({value_bytes} bytes on average) as one `MSET` of {pipeline} keys per
+round trip, `redis-hash` `HSET b:<id>` with those four fields in pipelines of {pipeline}
+commands; both through the `redis` sink (RESP built in Arrow, SinkBatches of 1 MiB, one
+connection per Python worker). `quix-redis` is Quix
 Streams {quix_version} `RedisSink`: construction, `setup()`, one `add()` per row (key
 `b:<id>`, the same four values as a dict) and one `flush()` (a MULTI/EXEC pipeline of
 `SET key json.dumps(value)`) in the driver process{quix_sample}. `server-limit` is
@@ -262,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                 Case(
                     "redis-string",
                     sink_writer(server, "string"),
-                    f"redis sink, data_type=string (SET key JSON), pipeline_size={PIPELINE}",
+                    f"redis sink, data_type=string (MSET of keys, JSON values), "
+                    f"pipeline_size={PIPELINE}",
                     count_rows=server.count_rows,
                     setup=server.fresh,
                     cleanup=server.cleanup,

@@ -39,11 +39,11 @@ def options_class(name: str) -> type[SinkOptions]:
 
 def table(name: str) -> str:
     cls = options_class(name)
-    common = {spec.name for spec in CommonOptions.specs()}
+    common = {spec.name: spec for spec in CommonOptions.specs()}
     rows = ["| option (camelCase) | type | default | description |", "|---|---|---|---|"]
     for spec in cls.specs():
-        if name != "common" and spec.name in common:
-            continue
+        if name != "common" and common.get(spec.name) == spec:
+            continue  # a common option as the common table shows it (a sink may override one)
         names = f"`{spec.name}`" + (
             f" (`{spec.camel_name}`)" if spec.camel_name != spec.name else ""
         )

@@ -70,6 +70,37 @@ def test_string_commands_are_exact_resp() -> None:
     ]
 
 
+def test_strings_without_a_ttl_go_as_one_mset_per_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink = RedisSink(options(key_prefix="p:"))
+    table = pa.table({"key": ["a", "bé", "c"], "v": [1, None, 3]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    assert commands.mset
+    windows = redis_sink._windows(commands.data, commands.counts, 2, mset=True)
+    assert [(w.replies, w.row0, w.mset) for w in windows] == [(1, 0, True), (1, 2, True)]
+    assert windows[0].body.to_pybytes() == (
+        b'*5\r\n$4\r\nMSET\r\n$3\r\np:a\r\n$7\r\n{"v":1}\r\n'
+        b'$5\r\np:b\xc3\xa9\r\n$10\r\n{"v":null}\r\n'
+    )
+    # an MSET stays under MSET_MAX_BYTES of arguments; a larger row goes alone
+    monkeypatch.setattr(redis_sink, "MSET_MAX_BYTES", 40)
+    windows = redis_sink._windows(commands.data, commands.counts, 1000, mset=True)
+    assert [(w.row0, len(w.counts)) for w in windows] == [(0, 1), (1, 1), (2, 1)]
+    monkeypatch.setattr(redis_sink, "MSET_MAX_BYTES", 60)
+    windows = redis_sink._windows(commands.data, commands.counts, 1000, mset=True)
+    assert [(w.row0, len(w.counts)) for w in windows] == [(0, 2), (2, 1)]
+    # in a cluster the keys of one MSET would span slots: one SET per row
+    clustered = RedisSink(options(cluster="true"))
+    clustered.prepare(table.schema)
+    assert clustered.records is not None
+    commands, _ = clustered.commands(SinkBatch(table, clustered.records, WriteContext("s", 0)))
+    assert not commands.mset
+    assert commands.data[0].as_py().startswith(b"*3\r\n$3\r\nSET\r\n")
+
+
 def test_hash_rows_leave_null_fields_out() -> None:
     sink = RedisSink(options(data_type="hash"))
     table = pa.table({"key": ["a", "b", "c"], "x": [1, None, None], "y": ["q", "r", None]})

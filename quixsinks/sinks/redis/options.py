@@ -113,8 +113,17 @@ class RedisOptions(LedgerOptions):
         doc="Redis Cluster: rows go to the node of their key's hash slot, pipelined per node "
         "(string, hash, set, zset)",
     )
+    max_batch_bytes: int = option(
+        1024 * 1024,
+        minimum=1,
+        doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes "
+        "(1 MiB here, not 64: Spark prepares the next batch while one is being sent)",
+    )
     pipeline_size: int = option(
-        1000, minimum=1, doc="Commands per pipeline (one network round trip)"
+        1000,
+        minimum=1,
+        doc="Commands per pipeline (one network round trip); for string keys without a TTL, "
+        "keys per MSET (at most 16 MiB of them)",
     )
 
     def validate(self) -> None:
