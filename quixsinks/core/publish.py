@@ -115,6 +115,11 @@ class StagingArea:
     def owner_key(self, sink_id: str) -> str:
         return f"{self.ledger_prefix(sink_id)}/owner.json"
 
+    def forget(self, sink_id: str, batch_id: int) -> None:
+        """Delete a batch write's marker and its sink id's owner: a batch write is never
+        replayed, and the next one of the same sink id starts with a fresh ledger."""
+        self.destination.delete([self.marker_key(sink_id, batch_id), self.owner_key(sink_id)])
+
     def check(self) -> None:
         """Prove (on the driver) that the destination and the staging area are writable."""
         self.destination.check()
@@ -405,7 +410,7 @@ class FilePublisher:
             return self._superseded(sink_id, batch_id)
         self.staging.discard(sink_id, batch_id)
         if not keep_ledger:
-            self.destination.delete([marker, self.staging.owner_key(sink_id)])
+            self.staging.forget(sink_id, batch_id)
         elif batch_id % HOUSEKEEPING_EVERY == 0:
             self.staging.prune(sink_id, batch_id)
             self.staging.sweep()
@@ -489,7 +494,7 @@ class FilePublisher:
             )
             self.destination.delete([dst for _, dst in manifest["files"]])
         self.staging.discard(sink_id, batch_id)
-        self.destination.delete([marker, self.staging.owner_key(sink_id)])
+        self.staging.forget(sink_id, batch_id)
 
 
 def _newer_batch_pattern(name_prefix: str) -> re.Pattern[str]:

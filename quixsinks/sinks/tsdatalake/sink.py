@@ -448,13 +448,7 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             context, registered, rows, lambda key: read_published(self.target, key)
         )
         if not context.streaming:  # a batch write is never replayed: its marker goes now
-            staging = self.staging()
-            self.target.delete(
-                [
-                    staging.marker_key(context.sink_id, context.batch_id),
-                    staging.owner_key(context.sink_id),
-                ]
-            )
+            self.staging().forget(context.sink_id, context.batch_id)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[TSPiece]]) -> None:
         files = [f for r in receipts for p in r.staged for f in p.files]
