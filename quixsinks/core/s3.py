@@ -34,7 +34,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn, cast
 
 from .clients import ClientCache, Secret
 from .destinations import Destination
@@ -439,7 +439,8 @@ class S3Destination(Destination):
                 first = errors[0]
                 error = {"Code": first.get("Code", ""), "Message": first.get("Message", "")}
                 with self._sdk(f"DeleteObjects ({len(errors)} key(s) failed)", first.get("Key")):
-                    raise ClientError({"Error": error}, "DeleteObjects")
+                    # cast: boto3-stubs (when installed) type the response as a TypedDict
+                    raise ClientError(cast(Any, {"Error": error}), "DeleteObjects")
 
     def delete_prefix(self, prefix: str) -> None:
         self.delete(self.list(prefix))
