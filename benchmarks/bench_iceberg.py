@@ -14,7 +14,10 @@ an embedded SQLite ``SqlCatalog`` with a local warehouse (one per run):
   and appended with ``table.append`` (one snapshot per batch);
 * ``pyiceberg-append``: pyiceberg's own ``table.append`` of the whole Arrow table, already
   in the driver (the collect is *not* timed): the library's limit from one process;
-* ``spark-parquet``: Spark's JVM Parquet writer (``df.write.parquet``), the floor for files.
+* ``pyiceberg-collect``: the same append with the collect timed (``df.toArrow()`` then
+  ``table.append``): what a user without the sink does with a DataFrame;
+* ``spark-parquet``: Spark's JVM Parquet writer (``df.write.parquet``), the floor for files,
+  with zstd as the Iceberg table's files (Iceberg's default codec; Spark's is snappy).
 
 Targets (issue): ``iceberg`` >= 1.5x ``pyiceberg-append``; ``iceberg`` >= 0.7x
 ``spark-parquet``.
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 NAME = "iceberg"
 TABLE = "bench.events"
 QUIX_BATCH = 100_000
-CASE_NAMES = ("iceberg", "quix-like", "pyiceberg-append", "spark-parquet")
+CASE_NAMES = ("iceberg", "quix-like", "pyiceberg-append", "pyiceberg-collect", "spark-parquet")
 TARGETS: tuple[RelativeTarget, ...] = (
     ("iceberg", "pyiceberg-append", 1.5),
     ("iceberg", "spark-parquet", 0.7),
@@ -144,14 +147,27 @@ def append_case(arrow: Any) -> Case:
     )
 
 
+def collect_case(schema: Any) -> Case:
+    def write(df: DataFrame, path: str) -> None:
+        catalog(path).load_table(TABLE).append(df.toArrow())
+
+    return Case(
+        "pyiceberg-collect",
+        write,
+        "df.toArrow() then pyiceberg table.append, in the driver (the collect timed)",
+        count_rows=iceberg_rows,
+        setup=create_table(schema),
+    )
+
+
 def parquet_case() -> Case:
     def write(df: DataFrame, path: str) -> None:
-        df.write.parquet(path)
+        df.write.option("compression", "zstd").parquet(path)  # the codec of the table's files
 
     return Case(
         "spark-parquet",
         write,
-        "Spark's JVM Parquet writer (df.write.parquet)",
+        "Spark's JVM Parquet writer (df.write.parquet), zstd",
         count_rows=count_output_rows,
     )
 
@@ -199,10 +215,13 @@ Targets (issue), on the best times' rows/s:
 {targets}
 Every case writes the same rows into a fresh unpartitioned table of an embedded SQLite
 `SqlCatalog` with a local warehouse (pyiceberg {pyiceberg}, zstd Parquet), or Spark's Parquet
-files. `quix-like` re-implements Quix Streams' `IcebergSink` (which talks to AWS Glue only)
-on the same catalog: the collect to the driver, Arrow built from Python records and one
-`table.append` per {quix_batch:,} rows are timed. `pyiceberg-append` is timed from an Arrow
-table already in the driver.
+files (zstd too: the same codec on both sides). `quix-like` re-implements Quix Streams'
+`IcebergSink` (which talks to AWS Glue only) on the same catalog: the collect to the
+driver, Arrow built from Python records and one `table.append` per {quix_batch:,} rows
+are timed. `pyiceberg-append` is timed from an Arrow
+table already in the driver; `pyiceberg-collect` times the collect (`df.toArrow()`) too.
+The floor (`noop-arrow`, a sink that drops every batch) is what Spark's hand-off of the
+rows to Python executors costs before any sink runs.
 
 Commit time per micro-batch (the driver's ledger walk and append of one small data file,
 no Spark), mean of the first and the last tenth of {curve_batches} consecutive batches:
@@ -237,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             sink_case(),
             quix_case(arrow.schema),
             append_case(arrow),
+            collect_case(arrow.schema),
             parquet_case(),
         ]
         cases = [c for c in cases if c.name in wanted or c.name == FLOOR]

@@ -7,8 +7,10 @@ Reads every ``<name>.json`` that ``common.write_results`` wrote and writes
 ``<IMAGES_DIR>/<name>.png``: one horizontal bar per case (best of the timed runs),
 quixsinks' own cases in one colour, the floor (the Arrow transfer alone) in grey and
 peers (Spark's writers, Quix Streams, the destination's own tools) in another, with the
-machine and the date in the title. ``make bench`` runs it after the benchmarks;
-docs/benchmarks.md embeds the images.
+machine and the date in the title. A result with a ``commit_curve`` (the Iceberg
+benchmark's commit time per micro-batch, with and without expiry) also gets
+``<IMAGES_DIR>/<name>_commit_curve.png``, one line per run. ``make bench`` runs it after
+the benchmarks; docs/benchmarks.md embeds the images.
 """
 
 from __future__ import annotations
@@ -92,6 +94,25 @@ def plot(document: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def plot_curve(document: dict[str, Any], out: Path) -> Path:
+    """Commit time per micro-batch of every run of a ``commit_curve`` (milliseconds)."""
+    curves = document["commit_curve"]["seconds"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, seconds in curves.items():
+        ax.plot(range(1, len(seconds) + 1), [1000 * s for s in seconds], label=label, lw=0.8)
+    ax.set_xlabel("micro-batch")
+    ax.set_ylabel("commit time (ms)")
+    ax.set_ylim(bottom=0)
+    date = str(document.get("machine", {}).get("date", ""))[:10]
+    ax.set_title(f"{document.get('benchmark', out.stem)}: commit time per micro-batch {date}",
+                 fontsize=10)  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def plot_all(results: Path = RESULTS, images: Path = IMAGES) -> list[Path]:
     """``images/<name>.png`` for every result JSON in ``results``; returns the files."""
     images.mkdir(parents=True, exist_ok=True)
@@ -100,6 +121,8 @@ def plot_all(results: Path = RESULTS, images: Path = IMAGES) -> list[Path]:
         document = json.loads(path.read_text())
         if isinstance(document, dict) and isinstance(document.get("cases"), dict):
             written.append(plot(document, images / f"{path.stem}.png"))
+            if isinstance(document.get("commit_curve", {}).get("seconds"), dict):
+                written.append(plot_curve(document, images / f"{path.stem}_commit_curve.png"))
     return written
 
 
