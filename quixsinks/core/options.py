@@ -33,6 +33,7 @@ __all__ = [
     "REDACTED",
     "OptionSpec",
     "SinkOptions",
+    "check_import_path",
     "load_callable",
     "normalize_name",
     "option",
@@ -335,14 +336,16 @@ def _check_minimum(spec: OptionSpec, number: float, shown: str) -> None:
         )
 
 
-def load_callable(path: str, *, option_name: str) -> Callable[..., Any]:
-    """Import ``"package.module:function"`` and return the callable.
+def check_import_path(path: str | None, *, option_name: str) -> None:
+    """Refuse a malformed ``"package.module:function"`` path (None: the option is not
+    given), without importing it: options validate this on the driver, where the module
+    may be missing; :func:`load_callable` imports it where it runs.
 
     Raises:
-        OptionError: the path is malformed, cannot be imported, or is not callable.
+        OptionError: the path is not of the form ``package.module:function``.
     """
-    import importlib
-
+    if path is None:
+        return
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise OptionError(
@@ -351,6 +354,18 @@ def load_callable(path: str, *, option_name: str) -> Callable[..., Any]:
             option=option_name,
             value=path,
         )
+
+
+def load_callable(path: str, *, option_name: str) -> Callable[..., Any]:
+    """Import ``"package.module:function"`` and return the callable.
+
+    Raises:
+        OptionError: the path is malformed, cannot be imported, or is not callable.
+    """
+    import importlib
+
+    check_import_path(path, option_name=option_name)
+    module_name, _, attr = path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):

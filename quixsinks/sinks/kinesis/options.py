@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from quixsinks.core.errors import OptionError
-from quixsinks.core.options import option
+from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import CommonOptions
 
 __all__ = ["DedupeIdMode", "KinesisOptions"]
@@ -134,13 +134,7 @@ class KinesisOptions(CommonOptions):
         if not self.dedupe_id_field:
             raise OptionError("kinesis: 'dedupe_id_field' is empty", option="dedupe_id_field")
         for name in ("key_serializer", "value_serializer"):
-            path = getattr(self, name)
-            if path is not None and ":" not in path:
-                raise OptionError(
-                    f"kinesis: {name!r} must be an import path such as mypackage.module:function",
-                    option=name,
-                    value=path,
-                )
+            check_import_path(getattr(self, name), option_name=name)
 
     @property
     def dedupe_placement(self) -> Literal["field", "prefix", "none"]:

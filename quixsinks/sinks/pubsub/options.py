@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from quixsinks.core.errors import OptionError
-from quixsinks.core.options import option
+from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import CommonOptions
 
 __all__ = ["MAX_MESSAGE_BYTES", "PubSubOptions"]
@@ -165,10 +165,4 @@ class PubSubOptions(CommonOptions):
                 value=self.dedupe_attribute,
             )
         for name in ("key_serializer", "value_serializer"):
-            path = getattr(self, name)
-            if path is not None and ":" not in path:
-                raise OptionError(
-                    f"pubsub: {name!r} must be an import path such as mypackage.module:function",
-                    option=name,
-                    value=path,
-                )
+            check_import_path(getattr(self, name), option_name=name)

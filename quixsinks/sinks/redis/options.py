@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from quixsinks.core.errors import OptionError
-from quixsinks.core.options import option
+from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import LedgerOptions
 
 __all__ = ["APPENDING", "DataType", "RedisOptions", "template_fields"]
@@ -184,10 +184,4 @@ class RedisOptions(LedgerOptions):
                 option="value_serializer",
             )
         for name in ("key_serializer", "value_serializer"):
-            path = getattr(self, name)
-            if path is not None and ":" not in path:
-                raise OptionError(
-                    f"redis: {name!r} must be an import path such as mypackage.module:function",
-                    option=name,
-                    value=path,
-                )
+            check_import_path(getattr(self, name), option_name=name)
