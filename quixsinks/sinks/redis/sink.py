@@ -681,6 +681,7 @@ class RedisSink(Sink[RedisOptions, str]):
         if data_type == "hash":
             data, counts = self._hash_commands(batch, keys, ttl)
             return Commands(data, counts, keys), skipped
+        one_each = pa.repeat(pa.scalar(1, pa.int64()), rows)  # one command per row
         value: Piece | list[Piece]
         if self.options.value_column is None and self.options.value_serializer is None:
             value = _json_pieces(self._value_table(batch))  # joined with the command
@@ -690,7 +691,7 @@ class RedisSink(Sink[RedisOptions, str]):
         if data_type == "string":
             if ttl is None and not opts.cluster:  # MSET (a cluster refuses cross-slot keys)
                 data = _join([*_bulk(keys), *_bulk(value)], rows)
-                return Commands(data, pa.array([1] * rows, pa.int64()), keys, mset=True), skipped
+                return Commands(data, one_each, keys, mset=True), skipped
             if ttl is None:
                 data = resp_commands([b"SET", keys, value], rows)
             elif isinstance(ttl, bytes):
@@ -699,14 +700,14 @@ class RedisSink(Sink[RedisOptions, str]):
                 with_ttl = resp_commands([b"SET", keys, value, b"EX", pc.fill_null(ttl, b"")], rows)
                 without = resp_commands([b"SET", keys, value], rows)
                 data = pc.if_else(pc.is_valid(ttl), with_ttl, without)
-            return Commands(data, pa.array([1] * rows, pa.int64()), keys), skipped
+            return Commands(data, one_each, keys), skipped
         if data_type == "set":
             data = resp_commands([b"SADD", keys, value], rows)
         else:
             assert opts.score_column is not None
             score = _scores(batch.column(opts.score_column), opts.score_column)
             data = resp_commands([b"ZADD", keys, score, value], rows)
-        data, counts = _with_expire(data, pa.array([1] * rows, pa.int64()), keys, ttl, rows)
+        data, counts = _with_expire(data, one_each, keys, ttl, rows)
         return Commands(data, counts, keys), skipped
 
     def _ttl(self, batch: SinkBatch) -> bytes | pa.Array | None:
