@@ -125,7 +125,6 @@ def _dumps_row(value: Any) -> str:
         return json.dumps(_finite(value), default=_json_default, ensure_ascii=False)
 
 
-_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _CONTROL = r"[\x00-\x07\x0b\x0e-\x1f]"
 _ESCAPES = (
     ("\\", "\\\\"),
@@ -141,12 +140,34 @@ _ESCAPES = (
 Piece = Any
 
 
+def _needs_escape(column: pa.Array) -> bool:
+    """Whether a utf8 (int32 offsets) column holds a quote, a backslash or a control
+    character. Bytes under null slots count too: a false alarm only takes the exact path.
+
+    A byte scan (two memchr and one minimum) instead of a regex, many times faster; most
+    text needs no escaping.
+    """
+    if not len(column):
+        return False
+    offsets = pa.Array.from_buffers(
+        pa.int32(), len(column) + 1, [None, column.buffers()[1]], offset=column.offset
+    )
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    if end == start:
+        return False
+    data = column.buffers()[2].slice(start, end - start)
+    text = data.to_pybytes()
+    if b'"' in text or b"\\" in text:
+        return True
+    return bool(pc.min(pa.Array.from_buffers(pa.uint8(), end - start, [None, data])).as_py() < 0x20)
+
+
 def _escaped(column: pa.Array) -> pa.Array | None:
     """A utf8 column escaped for a JSON string body, or None if a row needs per-row dumps.
 
-    The common case, text with nothing to escape, costs one regex scan.
+    The common case, text with nothing to escape, costs one byte scan.
     """
-    if not pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
+    if not _needs_escape(column):
         return column
     if pc.any(pc.match_substring_regex(column, _CONTROL)).as_py():
         return None

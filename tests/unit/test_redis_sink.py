@@ -81,7 +81,7 @@ def test_strings_without_a_ttl_go_as_one_mset_per_pipeline(
     assert commands.mset
     windows = redis_sink._windows(commands.data, commands.counts, 2, mset=True)
     assert [(w.replies, w.row0, w.mset) for w in windows] == [(1, 0, True), (1, 2, True)]
-    assert windows[0].body.to_pybytes() == (
+    assert windows[0].head + windows[0].body.to_pybytes() == (
         b'*5\r\n$4\r\nMSET\r\n$3\r\np:a\r\n$7\r\n{"v":1}\r\n'
         b'$5\r\np:b\xc3\xa9\r\n$10\r\n{"v":null}\r\n'
     )

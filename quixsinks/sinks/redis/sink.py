@@ -164,11 +164,12 @@ def resp_commands(args: list[Piece | list[Piece]], rows: int) -> pa.Array:
 class Window:
     """One pipeline: its RESP bytes, how many replies they get, the rows they come from."""
 
-    body: pa.Buffer
+    body: pa.Buffer  # the batch's command bytes, sliced (not copied)
     replies: int
     row0: int
     counts: pa.Array  # commands per row of the window
     mset: bool = False  # one MSET whose arguments are the window's rows (one reply)
+    head: bytes = b""  # sent before the body (an MSET's ``*N`` and name)
 
 
 #: data types whose commands (SET, MSET, HSET, DEL, EXPIRE, SADD) answer one-line replies only
@@ -891,8 +892,9 @@ def _windows(
             chunk = data.slice(start, rows_per_pipeline)
             for first, n in _byte_bounded(chunk, MSET_MAX_BYTES):
                 head = b"*%d\r\n$4\r\nMSET\r\n" % (2 * n + 1)
-                body = pa.py_buffer(head + join_lines(chunk.slice(first, n), b"").to_pybytes())
-                windows.append(Window(body, 1, start + first, counts.slice(start + first, n), True))
+                body = join_lines(chunk.slice(first, n), b"")
+                rows = counts.slice(start + first, n)
+                windows.append(Window(body, 1, start + first, rows, mset=True, head=head))
             continue
         chunk_counts = counts.slice(start, rows_per_pipeline)
         replies = int(pc.sum(chunk_counts).as_py() or 0)
@@ -954,7 +956,10 @@ def _exchange(windows: list[Window], conn: Any, simple: bool = False) -> list[tu
         # fill the socket buffers and block the server while we send
         current = bisect.bisect_right(ends, got)
         while sent < min(current + 2, len(windows)):
-            sock.sendall(windows[sent].body)
+            outgoing = windows[sent]
+            if outgoing.head:
+                sock.sendall(outgoing.head)
+            sock.sendall(outgoing.body)
             sent += 1
         if not counting:
             reply = reader.gets()
