@@ -27,42 +27,65 @@ JOB = Path(__file__).with_name("discovery_job.py")
 BLOCKER = Path(__file__).with_name("blocked_imports")
 
 
-def run_job(scenario: str, tmp: Path, block: str = "") -> dict[str, str]:
-    """Run one discovery_job.py scenario from an empty directory; its results by check."""
+def start_job(scenario: str, tmp: Path, block: str = "") -> subprocess.Popen[str]:
+    """Start one discovery_job.py scenario from an empty directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
     if block:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BLOCKER), env.get("PYTHONPATH")]))
         env["QUIXSINKS_BLOCK_IMPORTS"] = block
     (tmp / "out").mkdir()
     (tmp / "cwd").mkdir()
-    result = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, str(JOB), scenario, str(tmp / "in"), str(tmp / "out")],
         cwd=tmp / "cwd",
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    results: dict[str, str] = json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def job_results(job: subprocess.Popen[str]) -> dict[str, str]:
+    """A finished job's results by check (it must exit 0)."""
+    try:
+        stdout, stderr = job.communicate(timeout=240)
+    finally:
+        job.kill()
+    assert job.returncode == 0, stderr[-4000:]
+    results: dict[str, str] = json.loads(stdout.strip().splitlines()[-1])
     return results
 
 
 @pytest.fixture(scope="module")
-def auto(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("auto")
-    ids = write_input_files(tmp / "in", files=2, rows_per_file=20)
-    return {"results": run_job("auto", tmp), "out": tmp / "out", "ids": ids}
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Both scenarios, run side by side (each is mostly a JVM starting)."""
+    auto, missing = tmp_path_factory.mktemp("auto"), tmp_path_factory.mktemp("missing")
+    auto_ids = write_input_files(auto / "in", files=2, rows_per_file=20)
+    missing_ids = write_input_files(missing / "in", files=1, rows_per_file=10)
+    started = {
+        "auto": start_job("auto", auto),
+        # a session where the postgresql and influxdb3 extras are not installed
+        "missing": start_job("missing", missing, block="psycopg2,influxdb_client_3"),
+    }
+    try:
+        results = {name: job_results(job) for name, job in started.items()}
+    finally:
+        for job in started.values():
+            job.kill()
+    return {
+        "auto": {"results": results["auto"], "out": auto / "out", "ids": auto_ids},
+        "missing": {"results": results["missing"], "out": missing / "out", "ids": missing_ids},
+    }
 
 
 @pytest.fixture(scope="module")
-def missing_extras(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A session where the postgresql and influxdb3 extras are not installed."""
-    tmp = tmp_path_factory.mktemp("missing")
-    ids = write_input_files(tmp / "in", files=1, rows_per_file=10)
-    results = run_job("missing", tmp, block="psycopg2,influxdb_client_3")
-    return {"results": results, "out": tmp / "out", "ids": ids}
+def auto(jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return jobs["auto"]
+
+
+@pytest.fixture(scope="module")
+def missing_extras(jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return jobs["missing"]
 
 
 def test_the_installed_package_exposes_one_pyspark_module_per_builtin_sink(
