@@ -147,7 +147,7 @@ def _join(pieces: list[Piece], rows: int) -> pa.Array:
         elif not (isinstance(piece, bytes) and not piece):
             merged.append(piece)
     if not any(isinstance(p, pa.Array) for p in merged):
-        return pa.array([b"".join(merged)] * rows, pa.binary())
+        return pa.repeat(pa.scalar(b"".join(merged), pa.binary()), rows)
     scalars = [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in merged]
     return pc.binary_join_element_wise(*scalars, pa.scalar(b"", pa.binary()))
 
@@ -771,18 +771,18 @@ class RedisSink(Sink[RedisOptions, str]):
             valid = pc.is_valid(text)
             pair = _join([*_bulk(name_bytes), *_bulk(pc.fill_null(text, b""))], rows)
             pieces.append(pc.if_else(valid, pair, pa.scalar(b"", pa.binary())))
-            as_array = (
-                fields if isinstance(fields, pa.Array) else pa.array([fields] * rows, pa.int64())
-            )
-            fields = pc.add(as_array, pc.cast(valid, pa.int64()))
-        if isinstance(fields, int):
+            fields = pc.add(fields, pc.cast(valid, pa.int64()))  # an int broadcasts
+        if isinstance(fields, int):  # the same fields in every row: no per-row choice
             count: Piece = b"%d" % (2 * fields + 2)
-            any_field = pa.array([fields > 0] * rows, pa.bool_())
+            any_field = pa.repeat(pa.scalar(fields > 0), rows)
         else:
             count = pc.cast(pc.cast(pc.add(pc.multiply(fields, 2), 2), pa.string()), pa.binary())
             any_field = pc.greater(fields, 0)
         hset = _join([b"*", count, b"\r\n", *_bulk(b"HSET"), *_bulk(keys), *pieces], rows)
-        data = pc.if_else(any_field, hset, pa.scalar(b"", pa.binary()))
+        if isinstance(fields, int):
+            data = hset if fields else pa.repeat(pa.scalar(b"", pa.binary()), rows)
+        else:
+            data = pc.if_else(any_field, hset, pa.scalar(b"", pa.binary()))
         counts = pc.cast(any_field, pa.int64())
         if self.options.hash_replace:
             data = _join([resp_commands([b"DEL", keys], rows), data], rows)
@@ -830,7 +830,7 @@ def _with_expire(
     expire = resp_commands(
         [b"EXPIRE", keys, ttl if isinstance(ttl, bytes) else pc.fill_null(ttl, b"")], rows
     )
-    has = pa.array([True] * rows) if isinstance(ttl, bytes) else pc.is_valid(ttl)
+    has = pa.repeat(pa.scalar(True), rows) if isinstance(ttl, bytes) else pc.is_valid(ttl)
     if only is not None:
         has = pc.and_(has, only)
     tail = pc.if_else(has, expire, pa.scalar(b"", pa.binary()))
