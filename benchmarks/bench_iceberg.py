@@ -39,6 +39,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     count_output_rows,
     floor_case,
     judge_targets,
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             "keep_20": commit_curve(args.commit_batches, 20, workdir),
         }
     finally:
-        spark.stop()
+        close_session(spark)
         shutil.rmtree(workdir, ignore_errors=True)
     plain, kept = curve_summary(curves["plain"]), curve_summary(curves["keep_20"])
     judged, verdict = judge_targets(results, TARGETS)
