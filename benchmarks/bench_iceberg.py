@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 NAME = "iceberg"
 TABLE = "bench.events"
 QUIX_BATCH = 100_000
+#: --quick's commit-curve batches: past the curve's keep_snapshots=20, so expiry runs
+QUICK_BATCHES = 30
 CASE_NAMES = ("iceberg", "quix-like", "pyiceberg-append", "pyiceberg-collect", "spark-parquet")
 TARGETS: tuple[RelativeTarget, ...] = (
     ("iceberg", "pyiceberg-append", 1.5),
@@ -237,11 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         "--commit-batches",
         type=int,
         default=1000,
-        help="micro-batches of the commit-time curve (default 1,000; --quick: 100)",
+        help=f"micro-batches of the commit-time curve (default 1,000; --quick: {QUICK_BATCHES})",
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.commit_batches = min(args.commit_batches, 100)
+        args.commit_batches = min(args.commit_batches, QUICK_BATCHES)
     partitions = args.partitions or args.cores
     wanted = selected_cases(args.cases, CASE_NAMES)
     workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-iceberg-", dir=args.tmp))
