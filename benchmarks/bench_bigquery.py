@@ -42,6 +42,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     judge_targets,
     machine_info,
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 quix=quix,
             )
         finally:
-            spark.stop()
+            close_session(spark)
     shutil.rmtree(workdir, ignore_errors=True)
     judged, verdict = judge_targets(results, TARGETS, {})
     notes = NOTES.format(

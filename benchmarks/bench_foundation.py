@@ -27,6 +27,7 @@ from common import (
     Case,
     argument_parser,
     bench_session,
+    close_session,
     count_output_rows,
     floor_case,
     machine_info,
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         df.unpersist()
     finally:
-        spark.stop()
+        close_session(spark)
 
     markdown = write_results(
         args.out,

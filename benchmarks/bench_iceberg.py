@@ -39,6 +39,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     count_output_rows,
     floor_case,
     judge_targets,
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 NAME = "iceberg"
 TABLE = "bench.events"
 QUIX_BATCH = 100_000
+#: --quick's commit-curve batches: past the curve's keep_snapshots=20, so expiry runs
+QUICK_BATCHES = 30
 CASE_NAMES = ("iceberg", "quix-like", "pyiceberg-append", "pyiceberg-collect", "spark-parquet")
 TARGETS: tuple[RelativeTarget, ...] = (
     ("iceberg", "pyiceberg-append", 1.5),
@@ -236,11 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         "--commit-batches",
         type=int,
         default=1000,
-        help="micro-batches of the commit-time curve (default 1,000; --quick: 100)",
+        help=f"micro-batches of the commit-time curve (default 1,000; --quick: {QUICK_BATCHES})",
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.commit_batches = min(args.commit_batches, 100)
+        args.commit_batches = min(args.commit_batches, QUICK_BATCHES)
     partitions = args.partitions or args.cores
     wanted = selected_cases(args.cases, CASE_NAMES)
     workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-iceberg-", dir=args.tmp))
@@ -284,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             "keep_20": commit_curve(args.commit_batches, 20, workdir),
         }
     finally:
-        spark.stop()
+        close_session(spark)
         shutil.rmtree(workdir, ignore_errors=True)
     plain, kept = curve_summary(curves["plain"]), curve_summary(curves["keep_20"])
     judged, verdict = judge_targets(results, TARGETS)

@@ -54,6 +54,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     import_or_install,
     judge_targets,
@@ -118,8 +119,9 @@ def database_for(path: str) -> str:
 class InfluxDB3NoSendSink(InfluxDB3Sink):
     """The influxdb3 sink without its HTTP request: everything up to the request body.
 
-    Defined here (``__main__``), so Spark pickles it by value; its base class is
-    quixsinks' own, imported by reference in the workers.
+    Defined here (``__main__``, or a module ``quick.py`` registers for pickling by value),
+    so Spark pickles it by value; its base class is quixsinks' own, imported by reference
+    in the workers.
     """
 
     name: ClassVar[str] = NOSEND_FORMAT
@@ -514,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             df.unpersist()
         finally:
-            spark.stop()
+            close_session(spark)
             shutil.rmtree(workdir, ignore_errors=True)
     log("InfluxDB stopped")
 

@@ -50,6 +50,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     import_or_install,
     judge_targets,
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                     **extra,
                 )
             finally:
-                spark.stop()
+                close_session(spark)
     shutil.rmtree(workdir, ignore_errors=True)
     landed = server.landed.get("quix-kinesis-throttled", [])
     lost = [args.rows - n for n in landed]

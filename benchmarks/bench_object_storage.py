@@ -36,6 +36,7 @@ from common import (
     Case,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     machine_info,
     mixed_dataframe,
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             info = machine_info(spark, rows=args.rows, repeat=args.repeat, partitions=partitions)
             df.unpersist()
         finally:
-            spark.stop()
+            close_session(spark)
         commit_ms = commit_cost(moto)
 
     by_name = {r.name: r for r in results}

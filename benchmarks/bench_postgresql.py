@@ -58,6 +58,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     import_or_install,
     judge_targets,
@@ -406,6 +407,13 @@ the rows read from the cached DataFrame beforehand{quix_sample}. `psql-copy` is
 # --------------------------------------------------------------------------- main
 
 
+def session_conf(jdbc_jar: Path = JDBC_JAR) -> dict[str, str]:
+    """The settings this benchmark's session needs that a running session cannot change
+    (``benchmarks/quick.py`` starts its shared session with them): the JDBC driver jar on
+    ``spark.jars``, when it is installed."""
+    return {"spark.jars": str(jdbc_jar)} if jdbc_jar.is_file() else {}
+
+
 def parse_args(argv: list[str] | None) -> Any:
     parser = argument_parser(__doc__.splitlines()[0], rows=1_000_000)
     parser.add_argument(
@@ -444,10 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             skipped["quix-postgresql"] = reason
             log(f"skipping quix-postgresql: {reason}")
-    conf = {}
-    if args.jdbc_jar.is_file():
-        conf["spark.jars"] = str(args.jdbc_jar)
-    else:
+    conf = session_conf(args.jdbc_jar)
+    if not conf:
         for name in ("spark-jdbc", "spark-jdbc-rewrite"):
             if name in wanted:
                 skipped[name] = (
@@ -592,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             df.unpersist()
         finally:
-            spark.stop()
+            close_session(spark)
             target.close()
             shutil.rmtree(workdir, ignore_errors=True)
     log("PostgreSQL server stopped")

@@ -47,6 +47,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     import_or_install,
     judge_targets,
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 **extra,
             )
         finally:
-            spark.stop()
+            close_session(spark)
     shutil.rmtree(workdir, ignore_errors=True)
     judged, verdict = judge_targets(results, TARGETS, skipped)
     quix = extra.get("quix", {})

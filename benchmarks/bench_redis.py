@@ -46,6 +46,7 @@ from common import (
     RelativeTarget,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     import_or_install,
     judge_targets,
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                 **extra,
             )
         finally:
-            spark.stop()
+            close_session(spark)
     shutil.rmtree(workdir, ignore_errors=True)
     judged, verdict = judge_targets(results, TARGETS, skipped)
     quix = extra.get("quix", {})

@@ -35,6 +35,7 @@ from common import (
     Case,
     argument_parser,
     bench_session,
+    close_session,
     floor_case,
     machine_info,
     register_floor,
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         df.unpersist()
     finally:
-        spark.stop()
+        close_session(spark)
 
     markdown = write_results(
         args.out,

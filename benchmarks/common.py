@@ -4,8 +4,8 @@ A benchmark module (``benchmarks/bench_<name>.py``) is a script that:
 
 1. parses its arguments with :func:`argument_parser` (``--rows``, ``--repeat``, ``--out``
    and whatever it adds);
-2. opens one session with :func:`bench_session` and builds the cached input with
-   :func:`mixed_dataframe`;
+2. opens one session with :func:`bench_session` (and ends it with :func:`close_session`)
+   and builds the cached input with :func:`mixed_dataframe`;
 3. lists its :class:`Case` objects, one of them the floor (the baseline every ratio is
    taken against), and runs them with :func:`run_cases`;
 4. writes ``<out>/<name>.json`` and ``<out>/<name>.md`` with :func:`write_results` and
@@ -18,6 +18,7 @@ measured in the same session, a few seconds apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -50,6 +51,7 @@ __all__ = [
     "RelativeTarget",
     "argument_parser",
     "bench_session",
+    "close_session",
     "count_output_rows",
     "floor_case",
     "import_or_install",
@@ -60,6 +62,7 @@ __all__ = [
     "register_floor",
     "run_cases",
     "select_cases",
+    "shared_session",
     "targets_markdown",
     "write_results",
 ]
@@ -157,16 +160,102 @@ def bench_session(
 
     Unless ``verbose``, the console progress bar is off and quixsinks' Python workers
     log at WARNING (they inherit ``QUIXSINKS_LOG_LEVEL`` from this process), so the
-    timing lines stay readable.
+    timing lines stay readable. End it with :func:`close_session`, not ``spark.stop()``.
+
+    Inside :func:`shared_session` (the quick runner, ``benchmarks/quick.py``) this returns
+    the running shared session instead of starting one: settings that can change at run
+    time are set (and put back by :func:`close_session`), and a setting that cannot
+    (``spark.jars``, the driver's memory, ``local[cores]``) must already have the requested
+    value, else RuntimeError.
     """
+    settings = _session_settings(verbose, conf)
+    if _shared is not None:
+        return _shared.join(cores, settings)
     from quixsinks.spark.session import local_session
 
+    return local_session(app_name, cores, **settings)
+
+
+def close_session(spark: SparkSession) -> None:
+    """End a benchmark's session: ``spark.stop()``, or, for the shared session of
+    :func:`shared_session`, drop every cached DataFrame and put back the settings the
+    benchmark changed, and keep the session running for the next benchmark."""
+    if _shared is not None and spark is _shared.spark:
+        _shared.release()
+    else:
+        spark.stop()
+
+
+def _session_settings(verbose: bool, conf: Mapping[str, str]) -> dict[str, str]:
     settings = {"spark.driver.memory": "2g"}
     if not verbose:
         os.environ.setdefault("QUIXSINKS_LOG_LEVEL", "WARNING")
         settings["spark.ui.showConsoleProgress"] = "false"
     settings.update(conf)
-    return local_session(app_name, cores, **settings)
+    return settings
+
+
+@dataclass
+class _SharedSession:
+    """The session :func:`bench_session` hands out while :func:`shared_session` is open."""
+
+    spark: SparkSession
+    #: run-time settings the current benchmark changed -> their value before (None: unset)
+    changed: dict[str, str | None] = field(default_factory=dict)
+
+    def join(self, cores: int, settings: Mapping[str, str]) -> SparkSession:
+        spark = self.spark
+        master = spark.sparkContext.master
+        if master != f"local[{cores}]":
+            raise RuntimeError(
+                f"the shared session runs {master}; this benchmark asks for local[{cores}]"
+            )
+        runtime = {key: value for key, value in settings.items() if spark.conf.isModifiable(key)}
+        for key, value in settings.items():
+            current = spark.sparkContext.getConf().get(key, None)
+            if key not in runtime and current != value:
+                raise RuntimeError(
+                    f"the shared session has {key}={current!r} and this benchmark asks for "
+                    f"{value!r}, which a running session cannot change: start the shared "
+                    "session with it (a benchmark's session_conf())"
+                )
+        for key, value in runtime.items():
+            self.changed.setdefault(key, spark.conf.get(key, None))
+            spark.conf.set(key, value)
+        return spark
+
+    def release(self) -> None:
+        self.spark.catalog.clearCache()
+        for key, value in self.changed.items():
+            if value is None:
+                self.spark.conf.unset(key)
+            else:
+                self.spark.conf.set(key, value)
+        self.changed.clear()
+
+
+_shared: _SharedSession | None = None
+
+
+@contextlib.contextmanager
+def shared_session(cores: int = 2, *, verbose: bool = False, **conf: str) -> Iterator[SparkSession]:
+    """One session that every :func:`bench_session` call in this process returns until the
+    block ends (then it is stopped): several benchmarks' ``main()`` run in turn in one
+    process pay for the JVM and the Python workers once (``benchmarks/quick.py``).
+
+    ``conf`` holds the settings a running session cannot change that some benchmark
+    needs (its ``session_conf()``, e.g. ``spark.jars``).
+    """
+    global _shared
+    if _shared is not None:
+        raise RuntimeError("a shared benchmark session is already open")
+    spark = bench_session("quixsinks-bench-shared", cores, verbose=verbose, **conf)
+    _shared = _SharedSession(spark)
+    try:
+        yield spark
+    finally:
+        _shared = None
+        spark.stop()
 
 
 def mixed_dataframe(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
