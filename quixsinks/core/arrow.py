@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["as_binary", "first_null", "first_true", "join_lines"]
+__all__ = ["as_binary", "concat_rows", "first_null", "first_true", "join_lines"]
+
+#: a literal (the same bytes or text in every row) or an array of one value per row
+RowPiece = Any
+
+#: from this many pieces on (after fusing literals), rows are concatenated by one ``take``
+#: of every piece's values in row order: one copy per value, where the element-wise join
+#: kernel pays more per argument and row (measured: half the time for 3 to 6 pieces,
+#: 0.7x for a Redis MSET's 15)
+TAKE_MIN_PIECES = 3
 
 
 def as_binary(array: pa.Array) -> pa.Array:
@@ -50,3 +62,89 @@ def first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
 def first_null(array: pa.Array | pa.ChunkedArray) -> int | None:
     """The index of the first null of an array, or None."""
     return first_true(pc.is_null(array)) if array.null_count else None
+
+
+def concat_rows(
+    pieces: Sequence[RowPiece], rows: int, out_type: pa.DataType | None = None
+) -> pa.Array:
+    """Row-wise concatenation of ``pieces``: arrays of ``rows`` values and literals
+    (``bytes`` or ``str``, the same in every row). A row is null where a piece is null.
+
+    The result is ``out_type`` (default: binary for bytes literals or binary arrays, else
+    string). Neighbouring literals are fused first. Many pieces without nulls are joined
+    by one ``take`` when numpy is installed, else by the element-wise join kernel; both
+    give the same values.
+    """
+    merged: list[RowPiece] = []
+    for piece in pieces:
+        if isinstance(piece, pa.ChunkedArray):
+            piece = piece.combine_chunks()
+        literal = isinstance(piece, (bytes, str))
+        if literal and not piece:
+            continue
+        if literal and merged and isinstance(merged[-1], type(piece)):
+            merged[-1] = merged[-1] + piece
+        else:
+            merged.append(piece)
+    arrays = [p for p in merged if isinstance(p, pa.Array)]
+    if out_type is None:
+        binary = any(
+            isinstance(p, bytes)
+            or (
+                isinstance(p, (pa.Array, pa.ChunkedArray))
+                and (pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type))
+            )
+            for p in pieces
+        )
+        out_type = pa.binary() if binary else pa.string()
+    text = pa.types.is_string(out_type)
+    if not arrays:
+        joined = b"".join(_literals(merged))
+        return pa.repeat(pa.scalar(joined.decode() if text else joined, out_type), rows)
+    if rows and len(merged) >= TAKE_MIN_PIECES and not any(a.null_count for a in arrays):
+        taken = _concat_by_take(merged, rows, out_type)
+        if taken is not None:
+            return taken
+    # the join kernel takes one type: text stays text (no UTF-8 check), the rest binary
+    args = [_join_argument(p, out_type) for p in merged]
+    return pc.binary_join_element_wise(*args, pa.scalar("" if text else b"", out_type))
+
+
+def _join_argument(piece: RowPiece, out_type: pa.DataType) -> Any:
+    text = pa.types.is_string(out_type)
+    if isinstance(piece, pa.Array):
+        return pc.cast(piece, pa.string()) if text else as_binary(piece)
+    if isinstance(piece, bytes):
+        return pa.scalar(piece.decode() if text else piece, out_type)
+    return pa.scalar(piece if text else piece.encode(), out_type)
+
+
+def _concat_by_take(merged: list[RowPiece], rows: int, out_type: pa.DataType) -> pa.Array | None:
+    """The rows of ``merged`` (no nulls) by one ``take`` in row order; None without numpy."""
+    try:
+        import numpy as np
+    except ImportError:  # an optional speed-up: the core needs only pyarrow
+        return None
+    arrays = [as_binary(p) for p in merged if isinstance(p, pa.Array)]
+    values = pa.concat_arrays([*arrays, pa.array(_literals(merged), pa.binary())])
+    width = len(merged)
+    order = np.empty((rows, width), np.int64)
+    row = np.arange(rows, dtype=np.int64)
+    base, literal = 0, len(arrays) * rows
+    for column, piece in enumerate(merged):
+        if isinstance(piece, pa.Array):
+            np.add(row, base, out=order[:, column])
+            base += rows
+        else:
+            order[:, column] = literal
+            literal += 1
+    taken = values.take(pa.array(order.reshape(-1)))
+    _, offsets, data = taken.buffers()
+    starts = np.frombuffer(offsets, np.int32, count=rows * width + 1, offset=4 * taken.offset)
+    return pa.Array.from_buffers(
+        out_type, rows, [None, pa.py_buffer(np.ascontiguousarray(starts[::width])), data]
+    )
+
+
+def _literals(pieces: list[RowPiece]) -> list[bytes]:
+    return [p.encode() if isinstance(p, str) else p for p in pieces if not isinstance(p, pa.Array)]

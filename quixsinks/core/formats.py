@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from .arrow import join_lines
+from .arrow import concat_rows, join_lines
 from .batch import SinkBatch
 from .errors import InvalidFormatError, RecordError, format_allowed
 
@@ -270,7 +270,7 @@ def _json_text(column: pa.Array) -> pa.Array:
             for index, child in enumerate(column.flatten()):
                 name = json.dumps(t.field(index).name, ensure_ascii=False)
                 pieces += [("{" if index == 0 else ",") + name + ":", json_column(child)]
-            text = concat_pieces(_merge_literals([*pieces, "}"]), n)
+            text = concat_rows(_merge_literals([*pieces, "}"]), n)
         return pc.if_else(pc.is_valid(column), text, pa.scalar(None, pa.string()))
     if pa.types.is_map(t):
         entries = column.cast(pa.list_(pa.struct([t.key_field, t.item_field]))).flatten()
@@ -361,17 +361,9 @@ def _merge_literals(pieces: list[Piece]) -> list[Piece]:
     return merged
 
 
-def concat_pieces(pieces: list[Piece], rows: int) -> pa.Array:
-    """Row-wise concatenation of pieces into one string array, in one kernel call."""
-    arrays = [p for p in pieces if not isinstance(p, str)]
-    if not arrays:
-        return pa.array(["".join(pieces)] * rows, pa.string())
-    return pc.binary_join_element_wise(*pieces, "")
-
-
 def json_objects(table: pa.Table) -> pa.Array:
     """One JSON object per row of ``table``, its columns as members, built in C."""
-    return concat_pieces(json_object_pieces(table), table.num_rows)
+    return concat_rows(json_object_pieces(table), table.num_rows)
 
 
 @dataclass(frozen=True)
@@ -416,7 +408,7 @@ class JSONFormat(Format):
                     "}\n",
                 ]
             )
-            lines = concat_pieces(pieces, batch.num_rows)
+            lines = concat_rows(pieces, batch.num_rows)
         return join_lines(lines, b"")
 
     def _custom_lines(self, batch: SinkBatch) -> pa.Array:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from quixsinks.core import arrow
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.formats import CSVFormat, JSONFormat
@@ -285,3 +286,50 @@ def test_no_option_input_raises_anything_but_an_option_error(
 @pytest.mark.parametrize("cls", OPTION_CLASSES)
 def test_option_classes_are_covered(cls: type) -> None:
     assert cls.specs()
+
+
+# ---------------------------------------------------------------------- row concatenation
+
+_cells = st.one_of(st.none(), st.binary(max_size=6))
+
+
+@st.composite
+def _row_pieces(draw: st.DrawFn) -> tuple[list[Any], int, bool]:
+    """Pieces for concat_rows: sliced binary or string arrays (nulls or not) and bytes or
+    str literals, in any order; the row count; whether the result is text."""
+    rows = draw(st.integers(0, 6))
+    text = draw(st.booleans())
+    pieces: list[Any] = []
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()):
+            cut = draw(st.integers(0, 2))
+            values = draw(st.lists(_cells, min_size=rows + cut, max_size=rows + cut))
+            if text:
+                values = [None if v is None else v.decode("latin-1") for v in values]
+            array = pa.array(values, pa.string() if text else pa.binary()).slice(cut)
+            pieces.append(array)
+        else:
+            literal = draw(st.binary(max_size=4))
+            pieces.append(literal.decode("latin-1") if text else literal)
+    return pieces, rows, text
+
+
+def _expected_rows(pieces: list[Any], rows: int) -> list[Any]:
+    out = []
+    for row in range(rows):
+        parts = [p[row].as_py() if isinstance(p, pa.Array) else p for p in pieces]
+        out.append(None if any(v is None for v in parts) else type(parts[0])().join(parts))
+    return out
+
+
+@given(_row_pieces(), st.booleans())
+def test_concat_rows_joins_every_row_with_or_without_numpy(
+    case: tuple[list[Any], int, bool], without_numpy: bool
+) -> None:
+    pieces, rows, text = case
+    with pytest.MonkeyPatch.context() as patch:
+        if without_numpy:  # the join kernel's path, as where numpy is not installed
+            patch.setattr(arrow, "_concat_by_take", lambda *args: None)
+        result = arrow.concat_rows(pieces, rows)
+    assert result.type == (pa.string() if text else pa.binary())
+    assert result.to_pylist() == _expected_rows(pieces, rows)

@@ -43,7 +43,7 @@ from typing import Any, ClassVar, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import as_binary, first_null, first_true
+from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.delivery import DedupeIds, deliver
 from quixsinks.core.errors import (
@@ -123,14 +123,6 @@ Frame: TypeAlias = tuple[int, bytes]
 Piece: TypeAlias = pa.Array | bytes
 
 
-def _concat(pieces: Sequence[Piece], rows: int) -> pa.Array:
-    """Row-wise concatenation of binary arrays and constant bytes, in one kernel call."""
-    args = [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in pieces]
-    if not any(isinstance(p, pa.Array) for p in pieces):
-        return pa.array([b"".join(p for p in pieces if isinstance(p, bytes))] * rows)
-    return pc.binary_join_element_wise(*args, pa.scalar(b"", pa.binary()))
-
-
 def _varints(lengths: pa.Array) -> pa.Array:
     """Each length as a protobuf varint (binary), vectorised."""
     import numpy as np  # the pubsub extra's; not needed to import the sink
@@ -165,8 +157,8 @@ def _entry_column(name: str, texts: pa.Array) -> pa.Array:
     rows = len(texts)
     values = pc.cast(pc.fill_null(pc.cast(texts, pa.string()), ""), pa.binary())
     key = _field(b"\x0a", name.encode()) + b"\x12"
-    inner = _concat([key, _varints(pc.binary_length(values)), values], rows)
-    entry = _concat(_field_pieces(b"\x12", inner), rows)
+    inner = concat_rows([key, _varints(pc.binary_length(values)), values], rows)
+    entry = concat_rows(_field_pieces(b"\x12", inner), rows)
     if texts.null_count == 0:
         return entry
     return pc.if_else(pc.is_valid(texts), entry, pa.scalar(b"", pa.binary()))
@@ -555,16 +547,16 @@ class PubSubSink(Sink[PubSubOptions, None]):
         if extra is not None:
             encoded = [b"".join(_attribute_entry(k, v) for k, v in a.items()) for a in extra]
             pieces.append(pa.array(encoded, pa.binary()))
-        wires = _concat(pieces, rows)
+        wires = concat_rows(pieces, rows)
         ids = dedupe.ids(wires.to_pylist())
         name = self.options.dedupe_attribute
         prefix = _attribute_entry(name, "0" * len(ids[0]))[: -len(ids[0])]
-        wires = _concat([wires, prefix, pa.array(ids, pa.string()).cast(pa.binary())], rows)
+        wires = concat_rows([wires, prefix, pa.array(ids, pa.string()).cast(pa.binary())], rows)
         lengths = pc.binary_length(wires)
         row = first_true(pc.greater(lengths, MAX_MESSAGE_BYTES))
         if row is not None:
             self._check_exact_size(batch, row0, row, wires[row].as_py())
-        framed = _concat([*_field_pieces(b"\x12", wires)], rows).to_pylist()
+        framed = concat_rows([*_field_pieces(b"\x12", wires)], rows).to_pylist()
         return list(zip(range(row0, row0 + rows), framed, strict=True))
 
     def _check_exact_size(self, batch: Any, row0: int, row: int, wire: bytes) -> None:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import as_binary, first_null, first_true, join_lines
+from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true, join_lines
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
@@ -139,25 +139,12 @@ def _bulk(arg: Piece | list[Piece]) -> list[Piece]:
     return [b"$", length, b"\r\n", arg, b"\r\n"]
 
 
-def _join(pieces: list[Piece], rows: int) -> pa.Array:
-    merged: list[Piece] = []
-    for piece in pieces:
-        if isinstance(piece, bytes) and merged and isinstance(merged[-1], bytes):
-            merged[-1] = merged[-1] + piece
-        elif not (isinstance(piece, bytes) and not piece):
-            merged.append(piece)
-    if not any(isinstance(p, pa.Array) for p in merged):
-        return pa.repeat(pa.scalar(b"".join(merged), pa.binary()), rows)
-    scalars = [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in merged]
-    return pc.binary_join_element_wise(*scalars, pa.scalar(b"", pa.binary()))
-
-
 def resp_commands(args: list[Piece | list[Piece]], rows: int) -> pa.Array:
     """One RESP command per row (``*N`` then each argument as a bulk string)."""
     pieces: list[Piece] = [b"*%d\r\n" % len(args)]
     for arg in args:
         pieces += _bulk(arg)
-    return _join(pieces, rows)
+    return concat_rows(pieces, rows)
 
 
 @dataclass(frozen=True)
@@ -437,11 +424,11 @@ class RedisSink(Sink[RedisOptions, str]):
         opts = self.options
         batch, keys, skipped = self._keyed(batch)
         rows = batch.num_rows
-        head = _join([_length_text(keys), b"\n", keys], rows)
+        head = concat_rows([_length_text(keys), b"\n", keys], rows)
         if opts.data_type == "list":
             value = self._value(batch)
             _check_size(value, "value")
-            entries = _join([head, value], rows)
+            entries = concat_rows([head, value], rows)
             present = pa.array([True] * rows)
         else:
             table = self._value_table(batch)
@@ -452,7 +439,7 @@ class RedisSink(Sink[RedisOptions, str]):
                 valid = pc.is_valid(text)
                 name_bytes = name.encode()
                 filled = pc.fill_null(text, b"")
-                pair = _join(
+                pair = concat_rows(
                     [
                         b"%d\n%s" % (len(name_bytes), name_bytes),
                         _length_text(filled),
@@ -463,7 +450,7 @@ class RedisSink(Sink[RedisOptions, str]):
                 )
                 pieces.append(pc.if_else(valid, pair, pa.scalar(b"", pa.binary())))
                 fields = pc.add(fields, pc.cast(valid, pa.int64()))
-            entries = _join(pieces, rows)
+            entries = concat_rows(pieces, rows)
             present = pc.greater(fields, 0)
             none = rows - int(pc.sum(present).as_py()) if rows else 0
             if none:
@@ -631,7 +618,7 @@ class RedisSink(Sink[RedisOptions, str]):
                 pieces.append(literal.encode())
                 if name is not None:
                     pieces.append(as_text(_column(batch, values, name, "key_template"), name))
-            keys = _join(pieces, batch.num_rows)
+            keys = concat_rows(pieces, batch.num_rows)
         else:
             assert self.records is not None
             assert self.records.key is not None
@@ -645,7 +632,7 @@ class RedisSink(Sink[RedisOptions, str]):
             else:
                 keys = as_text(batch.column(self.records.key), self.records.key)
         if opts.key_prefix:
-            keys = _join([opts.key_prefix.encode(), keys], batch.num_rows)
+            keys = concat_rows([opts.key_prefix.encode(), keys], batch.num_rows)
         return keys
 
     def _keyed(self, batch: SinkBatch) -> tuple[SinkBatch, pa.Array, int]:
@@ -691,7 +678,7 @@ class RedisSink(Sink[RedisOptions, str]):
             _check_size(value, "value")
         if data_type == "string":
             if ttl is None and not opts.cluster:  # MSET (a cluster refuses cross-slot keys)
-                data = _join([*_bulk(keys), *_bulk(value)], rows)
+                data = concat_rows([*_bulk(keys), *_bulk(value)], rows)
                 return Commands(data, one_each, keys, mset=True), skipped
             if ttl is None:
                 data = resp_commands([b"SET", keys, value], rows)
@@ -769,7 +756,7 @@ class RedisSink(Sink[RedisOptions, str]):
                 fields = pc.add(fields, 1) if isinstance(fields, pa.Array) else fields + 1
                 continue
             valid = pc.is_valid(text)
-            pair = _join([*_bulk(name_bytes), *_bulk(pc.fill_null(text, b""))], rows)
+            pair = concat_rows([*_bulk(name_bytes), *_bulk(pc.fill_null(text, b""))], rows)
             pieces.append(pc.if_else(valid, pair, pa.scalar(b"", pa.binary())))
             fields = pc.add(fields, pc.cast(valid, pa.int64()))  # an int broadcasts
         if isinstance(fields, int):  # the same fields in every row: no per-row choice
@@ -778,14 +765,14 @@ class RedisSink(Sink[RedisOptions, str]):
         else:
             count = pc.cast(pc.cast(pc.add(pc.multiply(fields, 2), 2), pa.string()), pa.binary())
             any_field = pc.greater(fields, 0)
-        hset = _join([b"*", count, b"\r\n", *_bulk(b"HSET"), *_bulk(keys), *pieces], rows)
+        hset = concat_rows([b"*", count, b"\r\n", *_bulk(b"HSET"), *_bulk(keys), *pieces], rows)
         if isinstance(fields, int):
             data = hset if fields else pa.repeat(pa.scalar(b"", pa.binary()), rows)
         else:
             data = pc.if_else(any_field, hset, pa.scalar(b"", pa.binary()))
         counts = pc.cast(any_field, pa.int64())
         if self.options.hash_replace:
-            data = _join([resp_commands([b"DEL", keys], rows), data], rows)
+            data = concat_rows([resp_commands([b"DEL", keys], rows), data], rows)
             counts = pc.add(counts, 1)
         return _with_expire(data, counts, keys, ttl, rows, only=any_field)
 
@@ -834,7 +821,7 @@ def _with_expire(
     if only is not None:
         has = pc.and_(has, only)
     tail = pc.if_else(has, expire, pa.scalar(b"", pa.binary()))
-    return _join([data, tail], rows), pc.add(counts, pc.cast(has, pa.int64()))
+    return concat_rows([data, tail], rows), pc.add(counts, pc.cast(has, pa.int64()))
 
 
 def _scores(column: pa.Array, name: str) -> pa.Array:
