@@ -270,7 +270,7 @@ def _json_text(column: pa.Array) -> pa.Array:
             for index, child in enumerate(column.flatten()):
                 name = json.dumps(t.field(index).name, ensure_ascii=False)
                 pieces += [("{" if index == 0 else ",") + name + ":", json_column(child)]
-            text = concat_rows(_merge_literals([*pieces, "}"]), n)
+            text = concat_rows([*pieces, "}"], n)
         return pc.if_else(pc.is_valid(column), text, pa.scalar(None, pa.string()))
     if pa.types.is_map(t):
         entries = column.cast(pa.list_(pa.struct([t.key_field, t.item_field]))).flatten()

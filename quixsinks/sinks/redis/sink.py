@@ -429,7 +429,7 @@ class RedisSink(Sink[RedisOptions, str]):
             value = self._value(batch)
             _check_size(value, "value")
             entries = concat_rows([head, value], rows)
-            present = pa.array([True] * rows)
+            present = pa.repeat(pa.scalar(True), rows)
         else:
             table = self._value_table(batch)
             pieces: list[Piece] = [head]
