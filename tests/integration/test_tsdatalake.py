@@ -457,6 +457,35 @@ def test_catalog_registration_is_exactly_once_after_a_failure(
     assert sorted(batches) == ["0", "1", "2", "3"]  # one registration per micro-batch
 
 
+def test_old_snapshots_are_expired_and_a_replay_is_still_recognised(
+    spark: Any, faulty_tsdatalake: None, tmp_path: Path, rest: Any
+) -> None:
+    """catalog_keep_snapshots=2 over six micro-batches: the history is cut in bulk (the
+    rows stay: the current snapshot names every file), and the last batch, registered
+    before its driver failed, is not registered again by the replay."""
+    ids = write_input_files(tmp_path / "in", files=6, rows_per_file=10)
+    options = {
+        "path": str(tmp_path / "lake"),
+        "table_name": "expiring",
+        "hive_columns": "key",
+        "catalog_keep_snapshots": "2",
+        "fail_batch": "5",
+        "fail_phase": "commit-after",
+        "fail_marker": str(tmp_path / "fired"),
+        **catalog_options(rest),
+    }
+    with pytest.raises(Exception, match="injected failure"):
+        run_available_now(spark, tmp_path / "in", "faulty_tsdatalake", tmp_path / "ck", options)
+    run_available_now(spark, tmp_path / "in", "faulty_tsdatalake", tmp_path / "ck", options)
+    table = iceberg_table(rest, "expiring")
+    batches = [s.summary.additional_properties["quixsinks.batch-id"] for s in table.snapshots()]
+    # expired at the 5th snapshot (3 expirable > 2 kept), then one more batch; the replay
+    # of batch 5 added nothing
+    assert sorted(batches, key=int) == ["3", "4", "5"]
+    assert [r["id"] for r in iceberg_rows(rest, "expiring")] == ids
+    assert sorted(hive(tmp_path / "lake" / "expiring").column("id").to_pylist()) == ids
+
+
 def test_files_published_but_not_registered_are_registered_by_the_replay(
     spark: Any, tmp_path: Path, rest: Any
 ) -> None:

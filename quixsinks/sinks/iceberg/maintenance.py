@@ -22,13 +22,15 @@ the sink the batch is in the table already. So:
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from quixsinks.core.ledger import LedgerEntry
 
 from .ledger import BATCH_ID, CARRIED_PREFIX, QUERY_ID, SINK_ID, carried_entry, carried_value
 
-__all__ = ["BULK_MAX", "carried_properties", "snapshots_to_expire"]
+__all__ = ["BULK_MAX", "carried_properties", "expire_old_snapshots", "snapshots_to_expire"]
 
 #: snapshots are expired in bulk, once the expirable ones outnumber the kept ones or
 #: this many (one extra commit per that many micro-batches)
@@ -98,3 +100,54 @@ def snapshots_to_expire(
     if bulk and len(expire) <= min(len(metadata.snapshots) - len(expire), BULK_MAX):
         return []
     return expire
+
+
+def expire_old_snapshots(
+    load_table: Callable[[], Any],
+    keep: int | None,
+    cutoff_ms: int | None,
+    *,
+    table_name: str,
+    scrub: Callable[[str], str],
+    log: logging.Logger,
+    sink: str = "iceberg",
+) -> None:
+    """Expire what :func:`snapshots_to_expire` names, in one commit that also carries the
+    ledger entries a restart needs (:func:`carried_properties`) and is refused if the main
+    branch moved meanwhile. Best effort, after the data is committed: a failure is logged
+    (through ``scrub``, which takes secrets out)."""
+    if keep is None and cutoff_ms is None:
+        return
+    try:
+        table = load_table()
+        old = snapshots_to_expire(table.metadata, keep, cutoff_ms)
+        if old:
+            _expire(table, old)
+            log.info("%s: expired %d old snapshots of %s", sink, len(old), table_name)
+    except Exception as exc:
+        log.warning(
+            "%s: expiring old snapshots of %s failed (the data is committed): %s",
+            sink,
+            table_name,
+            scrub(str(exc)),
+        )
+
+
+def _expire(table: Any, old: list[int]) -> None:
+    from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
+    from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+    meta = table.metadata
+    to_set, to_remove = carried_properties(meta, set(old))
+    tx = table.transaction()
+    ExpireSnapshots(tx).by_ids(old).commit()
+    if to_set:
+        tx.set_properties(to_set)
+    if to_remove:
+        tx.remove_properties(*to_remove)
+    requirements = (
+        *tx._requirements,
+        AssertTableUUID(uuid=meta.table_uuid),
+        AssertRefSnapshotId(ref="main", snapshot_id=meta.current_snapshot_id),  # type: ignore[call-arg]
+    )
+    table.catalog.commit_table(table, requirements, tx._updates)

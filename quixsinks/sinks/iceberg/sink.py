@@ -44,7 +44,7 @@ from .catalog import catalog_properties, forget_catalog, import_pyiceberg, load_
 from .catalog import scrub as _scrub
 from .commit import append_once
 from .ledger import SnapshotLedgerStore
-from .maintenance import carried_properties, snapshots_to_expire
+from .maintenance import expire_old_snapshots
 from .options import IcebergOptions
 from .partitioning import QUIX_LAYOUT, PartitionField, parse_partition_by, to_transform
 from .quix_layout import conform_schema, layout_schema, layout_table
@@ -456,51 +456,16 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
 
     def _maintain(self) -> None:
         """Expire old snapshots (``keep_snapshots``, ``expire_snapshots_older_than``) in
-        bulk, never the ledger entries a restart needs (:mod:`.maintenance`); best effort:
-        a failure is logged."""
+        bulk, never the ledger entries a restart needs (:mod:`.maintenance`)."""
         opts = self.options
-        keep = opts.keep_snapshots
         max_age = opts.expire_older_than_seconds
-        if keep is None and max_age is None:
-            return
-        try:
-            table = self._load_table()
-            cutoff = None if max_age is None else int(_now_ms() - max_age * 1000)
-            old = snapshots_to_expire(table.metadata, keep, cutoff)
-            if old:
-                self._expire(table, old)
-        except Exception as exc:
-            logger.warning(
-                "iceberg: expiring old snapshots of %s failed (the data is committed): %s",
-                opts.table_name,
-                _scrub(str(exc), opts),
-            )
-
-    def _expire(self, table: Any, old: list[int]) -> None:
-        """One commit: the snapshots expired, the ledger entries they held that a restart
-        needs carried into table properties; refused if the branch moved meanwhile."""
-        from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
-        from pyiceberg.table.update.snapshot import ExpireSnapshots
-
-        meta = table.metadata
-        to_set, to_remove = carried_properties(meta, set(old))
-        tx = table.transaction()
-        ExpireSnapshots(tx).by_ids(old).commit()
-        if to_set:
-            tx.set_properties(to_set)
-        if to_remove:
-            tx.remove_properties(*to_remove)
-        requirements = (
-            *tx._requirements,
-            AssertTableUUID(uuid=meta.table_uuid),
-            AssertRefSnapshotId(ref="main", snapshot_id=meta.current_snapshot_id),  # type: ignore[call-arg]
-        )
-        table.catalog.commit_table(table, requirements, tx._updates)
-        logger.info(
-            "iceberg: expired %d old snapshots of %s (ledger entries carried: %s)",
-            len(old),
-            self.options.table_name,
-            ", ".join(sorted(to_set)) or "none",
+        expire_old_snapshots(
+            self._load_table,
+            opts.keep_snapshots,
+            None if max_age is None else int(_now_ms() - max_age * 1000),
+            table_name=opts.table_name,
+            scrub=lambda text: _scrub(text, opts),
+            log=logger,
         )
 
     def _sweep_orphans(self, force: bool = False) -> int:

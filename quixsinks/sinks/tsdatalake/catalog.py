@@ -44,6 +44,7 @@ from quixsinks.core.sink import CommitContext
 from quixsinks.sinks.iceberg.catalog import forget_catalog, import_pyiceberg, load_catalog, scrub
 from quixsinks.sinks.iceberg.commit import append_once
 from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore
+from quixsinks.sinks.iceberg.maintenance import expire_old_snapshots
 from quixsinks.sinks.iceberg.options import IcebergOptions
 from quixsinks.sinks.iceberg.partitioning import PartitionField, to_transform
 
@@ -148,6 +149,8 @@ class CatalogTable:
         }
         if options.catalog_auth_token:
             props["catalog.token"] = options.catalog_auth_token
+        if options.catalog_keep_snapshots is not None:
+            props["keep_snapshots"] = str(options.catalog_keep_snapshots)
         if options.takeover_query_id:
             props["takeover_query_id"] = options.takeover_query_id
         props.update(self._io_properties())
@@ -391,6 +394,15 @@ class CatalogTable:
             max_attempts=self.iceberg.commit_max_attempts,
             scrub=lambda text: scrub(text, self.iceberg),
             forget_client=lambda: forget_catalog(self.iceberg),
+            sink="tsdatalake",
+        )
+        expire_old_snapshots(
+            self._load_existing,
+            self.iceberg.keep_snapshots,
+            None,
+            table_name=self.identifier,
+            scrub=lambda text: scrub(text, self.iceberg),
+            log=logger,
             sink="tsdatalake",
         )
         return not outcome.already_committed

@@ -70,6 +70,13 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
         doc="With catalog_url: catalog commits tried per micro-batch on a conflict or an "
         "unknown outcome (each one first checks whether the batch is registered already)",
     )
+    catalog_keep_snapshots: int | None = option(
+        None,
+        minimum=1,
+        doc="With catalog_url: expire snapshots beyond this many of the newest once there "
+        "are twice as many (keeps commit time flat; the files stay, the lake is unchanged); "
+        "the newest ledger entry of each streaming sink id is kept; default: keep all",
+    )
     auto_create_bucket: bool = option(
         True, doc="Create the bucket or container when it does not exist (object stores)"
     )
