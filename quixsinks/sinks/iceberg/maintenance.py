@@ -103,6 +103,7 @@ def snapshots_to_expire(
 
 
 def expire_old_snapshots(
+    table: Any,
     load_table: Callable[[], Any],
     keep: int | None,
     cutoff_ms: int | None,
@@ -115,10 +116,15 @@ def expire_old_snapshots(
     """Expire what :func:`snapshots_to_expire` names, in one commit that also carries the
     ledger entries a restart needs (:func:`carried_properties`) and is refused if the main
     branch moved meanwhile. Best effort, after the data is committed: a failure is logged
-    (through ``scrub``, which takes secrets out)."""
-    if keep is None and cutoff_ms is None:
-        return
+    (through ``scrub``, which takes secrets out).
+
+    ``table`` is the table as the batch's commit left it: when its history has nothing to
+    expire yet (most micro-batches, expiry goes in bulk) the catalog is not asked again;
+    else the table is loaded afresh with ``load_table`` and the expiry decided on that.
+    """
     try:
+        if not snapshots_to_expire(table.metadata, keep, cutoff_ms):
+            return
         table = load_table()
         old = snapshots_to_expire(table.metadata, keep, cutoff_ms)
         if old:

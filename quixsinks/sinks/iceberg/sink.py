@@ -451,15 +451,17 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             # this attempt's data files are not in the table: delete those it does not name
             self._delete_files(files, keep=_referenced(outcome.table))
             return
-        self._maintain()
+        self._maintain(outcome.table)
         self._sweep_orphans()
 
-    def _maintain(self) -> None:
+    def _maintain(self, table: Any) -> None:
         """Expire old snapshots (``keep_snapshots``, ``expire_snapshots_older_than``) in
-        bulk, never the ledger entries a restart needs (:mod:`.maintenance`)."""
+        bulk, never the ledger entries a restart needs (:mod:`.maintenance`); ``table``:
+        as this batch's commit left it."""
         opts = self.options
         max_age = opts.expire_older_than_seconds
         expire_old_snapshots(
+            table,
             self._load_table,
             opts.keep_snapshots,
             None if max_age is None else int(_now_ms() - max_age * 1000),

@@ -397,6 +397,7 @@ class CatalogTable:
             sink="tsdatalake",
         )
         expire_old_snapshots(
+            outcome.table,
             self._load_existing,
             self.iceberg.keep_snapshots,
             None,
