@@ -347,18 +347,7 @@ def json_object_pieces(table: pa.Table, prefix: str = "") -> list[Piece]:
         pieces.append(opener + json.dumps(name, ensure_ascii=False) + ":")
         pieces.extend(json_pieces(table.column(name)))
     pieces.append("}")
-    return _merge_literals([prefix, *pieces])
-
-
-def _merge_literals(pieces: list[Piece]) -> list[Piece]:
-    """Fuse neighbouring string literals (fewer, longer arguments for the join kernel)."""
-    merged: list[Piece] = []
-    for piece in pieces:
-        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += piece
-        elif not (isinstance(piece, str) and not piece):
-            merged.append(piece)
-    return merged
+    return [prefix, *pieces]  # concat_rows fuses the neighbouring literals
 
 
 def json_objects(table: pa.Table) -> pa.Array:
@@ -397,17 +386,15 @@ class JSONFormat(Format):
         if self.dumps is not None:
             lines = self._custom_lines(batch)
         else:
-            pieces = _merge_literals(
-                [
-                    '{"_timestamp":',
-                    *json_pieces(batch.timestamps_ms()),
-                    ',"_key":',
-                    *json_key_pieces(batch.keys()),
-                    ',"_value":',
-                    *json_object_pieces(batch.values()),
-                    "}\n",
-                ]
-            )
+            pieces = [
+                '{"_timestamp":',
+                *json_pieces(batch.timestamps_ms()),
+                ',"_key":',
+                *json_key_pieces(batch.keys()),
+                ',"_value":',
+                *json_object_pieces(batch.values()),
+                "}\n",
+            ]
             lines = concat_rows(pieces, batch.num_rows)
         return join_lines(lines, b"")
 
