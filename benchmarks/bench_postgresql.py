@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = workdir / "rows.csv"
     extra_info: dict[str, Any] = {}
     log("starting a throwaway PostgreSQL server ...")
-    with PostgresServer() as server:
+    with PostgresServer(synchronous_commit=False) as server:
         server.create_database(DATABASE)
         target = Target(server, DATABASE, args.cores)
         spark = bench_session(

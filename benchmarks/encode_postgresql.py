@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     table = rows(ROWS)
-    with PostgresServer() as server:
+    with PostgresServer(synchronous_commit=False) as server:
         import adbc_driver_postgresql.dbapi as adbc
         from pgpq import ArrowToPostgresBinaryEncoder
 

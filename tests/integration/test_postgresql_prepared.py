@@ -128,8 +128,10 @@ def test_decided_transactions_are_committed_by_whoever_comes_next(pg: dict[str, 
     it decided and leaves other queries' undecided transactions alone."""
     sink = sink_for(pg)
     sink.preflight()  # creates the table and the ledger tables
-    decided = prepared_gid("s1", 7, "attempt-a", 0)
-    pending = prepared_gid("s2", 3, "attempt-b", 0)  # another query's task, not decided yet
+    decided = prepared_gid("s1", 7, "attempt-a", 0, "public")
+    pending = prepared_gid(
+        "s2", 3, "attempt-b", 0, "public"
+    )  # another query's task, not decided yet
     prepare_rows(pg, decided, [1, 2])
     prepare_rows(pg, pending, [3])
     query(pg, "INSERT INTO _quixsinks_decided (gid, sink_id) VALUES (%s, 's1')", (decided,))
@@ -152,8 +154,8 @@ def test_a_replayed_batch_rolls_back_its_new_attempts(pg: dict[str, Any]) -> Non
         "INSERT INTO _quixsinks_ledger (sink_id, batch_id, query_id, tables, rows) "
         "VALUES ('s1', 4, 'q1', '{t}', 2)",
     )
-    replay = prepared_gid("s1", 4, "attempt-replay", 0)
-    later = prepared_gid("s1", 5, "attempt-next", 0)
+    replay = prepared_gid("s1", 4, "attempt-replay", 0, "public")
+    later = prepared_gid("s1", 5, "attempt-next", 0, "public")
     prepare_rows(pg, replay, [1, 2])
     prepare_rows(pg, later, [3])
     context = CommitContext(sink_id="s1", batch_id=4, streaming=True, query_id="q1")

@@ -1,7 +1,10 @@
 """A throwaway PostgreSQL cluster on 127.0.0.1 for integration tests.
 
 `PostgresServer` runs Debian's ``initdb`` and ``pg_ctl`` (as the ``postgres`` OS user when
-running as root) against a fresh temporary directory, with fsync off: fast, and not durable.
+running as root) against a fresh temporary directory, with fsync off: fast, not durable
+across a machine crash, durable across a server crash (``synchronous_commit`` stays on, so
+a committed transaction's WAL reaches the OS before the COMMIT returns: the crash tests
+need that).
 Install the binaries with ``bash tests/services/install.sh``.
 
 Manual use: ``python tests/services/postgres.py`` starts a server, prints its DSN and keeps it
@@ -65,8 +68,15 @@ class PostgresServer(Service):
     user = "postgres"
     dbname = "postgres"
 
-    def __init__(self, pg_bin: Path | None = None, start_timeout: int = 60) -> None:
+    def __init__(
+        self,
+        pg_bin: Path | None = None,
+        start_timeout: int = 60,
+        *,
+        synchronous_commit: bool = True,
+    ) -> None:
         self.pg_bin = pg_bin or find_pg_bin()
+        self.synchronous_commit = synchronous_commit
         self.start_timeout = start_timeout
         self.password = secrets.token_urlsafe(24)
         self.port = 0
@@ -141,6 +151,28 @@ class PostgresServer(Service):
         if result.returncode != 0:
             raise RuntimeError(
                 f"pg_ctl restart failed (exit {result.returncode}): {result.stdout.strip()} "
+                f"{result.stderr.strip()}\n--- server log (tail) ---\n{self._log_tail()}"
+            )
+        self.pid = int((self.datadir / "postmaster.pid").read_text(encoding="utf-8").split()[0])
+
+    def crash(self) -> None:
+        """Crash the server (``pg_ctl stop -m immediate``: every backend killed, no
+        checkpoint) and start it again on the same port: it runs crash recovery, which,
+        among other things, empties every UNLOGGED table."""
+        if self.tmpdir is None:
+            raise RuntimeError("PostgresServer is not started")
+        stopped = self._pg_ctl("stop", "--mode=immediate", "--timeout=30")
+        if stopped.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop -m immediate failed: {stopped.stderr.strip()}")
+        result = self._pg_ctl(
+            "start",
+            f"--timeout={self.start_timeout}",
+            f"--log={self.logfile}",
+            f"--options={self._server_options()}",
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"pg_ctl start after a crash failed (exit {result.returncode}): "
                 f"{result.stderr.strip()}\n--- server log (tail) ---\n{self._log_tail()}"
             )
         self.pid = int((self.datadir / "postmaster.pid").read_text(encoding="utf-8").split()[0])
@@ -222,7 +254,7 @@ class PostgresServer(Service):
             "port": str(self.port),
             "unix_socket_directories": str(self._tmp),
             "fsync": "off",
-            "synchronous_commit": "off",
+            "synchronous_commit": "on" if self.synchronous_commit else "off",
             "full_page_writes": "off",
             "max_connections": "200",
             # write_mode=prepared (two-phase commit) needs prepared transactions

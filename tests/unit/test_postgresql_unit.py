@@ -23,7 +23,10 @@ from quixsinks.sinks.postgresql.schema import (
     TableSchema,
     column_plan,
     compatible,
+    gid_in_schema,
     pg_type,
+    prepared_gid,
+    settle_action,
     stage_batch,
     stage_table_name,
 )
@@ -152,6 +155,39 @@ def test_staging_table_names_are_safe_short_and_carry_the_batch() -> None:
     assert stage_batch(name, "query-2") is None
     assert name != stage_table_name("query-1", 42, TableSchema("other", 'x"; drop'), "00003-0-abc")
     assert name != stage_table_name("query-1", 42, table, "00003-1-abc")
+
+
+def test_prepared_transaction_ids_carry_their_schema_and_batch() -> None:
+    gid = prepared_gid("query-1", 42, "00003-0-abc", 2, "sales")
+    assert stage_batch(gid, "query-1") == 42
+    assert gid_in_schema(gid, "sales")
+    assert not gid_in_schema(gid, "public")
+    assert len(gid) < 200  # PostgreSQL's limit for a prepared transaction's id
+    # an id made before ids carried their schema counts for every schema
+    assert gid_in_schema(gid.rsplit("_", 1)[0], "public")
+    assert not gid_in_schema("someone_elses_transaction", "public")
+
+
+def settle(gid: str, *, decided: bool = False, old: bool = False, batch: int = 5) -> str | None:
+    return settle_action(
+        gid, decided=decided, old=old, schema="public", sink_id="s1", batch_id=batch
+    )
+
+
+def test_settling_commits_decided_and_rolls_back_only_this_schemas_undecided() -> None:
+    ours = prepared_gid("s1", 4, "attempt", 0, "public")
+    later = prepared_gid("s1", 6, "attempt", 0, "public")
+    other_sink = prepared_gid("s2", 4, "attempt", 0, "public")
+    other_schema = prepared_gid("s1", 4, "attempt", 0, "sales")
+    assert settle(ours, decided=True) == "commit"
+    assert settle(ours) == "rollback"  # a failed attempt or a replay of a committed batch
+    assert settle(later) is None  # a batch not committed yet
+    assert settle(other_sink) is None
+    assert settle(other_sink, old=True) == "abandoned"
+    # another schema's transaction is decided in that schema's table: never rolled back here
+    assert settle(other_schema) is None
+    assert settle(other_schema, old=True) is None
+    assert settle("not_ours", old=True) is None
 
 
 class _Coded(psycopg2.DatabaseError):

@@ -148,14 +148,16 @@ def ensure_schema(cur: Any, schema: str) -> None:
 
 
 def ensure_ledger(cur: Any, schema: str) -> None:
-    """The fenced ledger (one row per committed micro-batch, sink id and query id) and the
-    staging registry (every staging table with its creation time, for the sweep)."""
+    """The fenced ledger (one row per committed micro-batch, sink id and query id), the
+    staging registry (every staging table with its creation time, for the sweep, and the
+    number of SinkBatches staged in it, so that a write retried after a lost COMMIT
+    acknowledgement does not stage its rows twice) and the decided prepared transactions."""
     sql = _sql()
     columns = existing_columns(cur, schema, LEDGER_TABLE)
     if (
         columns is not None
         and "query_id" in columns
-        and existing_columns(cur, schema, STAGING_REGISTRY) is not None
+        and "chunks" in (existing_columns(cur, schema, STAGING_REGISTRY) or {})
         and existing_columns(cur, schema, DECIDED_TABLE) is not None
     ):
         return
@@ -177,8 +179,14 @@ def ensure_ledger(cur: Any, schema: str) -> None:
     cur.execute(
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (table_name text PRIMARY KEY, sink_id text NOT NULL, "
-            "created_at timestamptz NOT NULL DEFAULT now())"
+            "created_at timestamptz NOT NULL DEFAULT now(), chunks integer NOT NULL DEFAULT 0)"
         ).format(sql.Identifier(schema, STAGING_REGISTRY))
+    )
+    # a registry made by an earlier quixsinks does not count the SinkBatches staged
+    cur.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS chunks integer NOT NULL DEFAULT 0").format(
+            sql.Identifier(schema, STAGING_REGISTRY)
+        )
     )
     cur.execute(
         sql.SQL(

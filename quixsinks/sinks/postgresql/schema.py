@@ -33,8 +33,10 @@ into SQL text.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -246,12 +248,52 @@ def stage_table_name(sink_id: str, batch_id: int, table: TableSchema, attempt_id
     return f"{stage_prefix(sink_id)}{batch_id}_{target}_{_digest(attempt_id, 8)}"
 
 
-def prepared_gid(sink_id: str, batch_id: int, attempt_id: str, n: int) -> str:
+def prepared_gid(sink_id: str, batch_id: int, attempt_id: str, n: int, schema: str) -> str:
     """The id of a task attempt's ``n``-th prepared transaction (write_mode=prepared).
 
     It starts like the sink's staging tables (``stage_batch`` reads its batch id back);
-    the attempt id is unique per task attempt, so two attempts never share an id."""
-    return f"{stage_prefix(sink_id)}{batch_id}_{_digest(attempt_id, 12)}_{n}"
+    the attempt id is unique per task attempt, so two attempts never share an id. It ends
+    with the ledger's schema (:func:`gid_in_schema`): whether a prepared transaction was
+    decided is known only from the decided table of that schema."""
+    return f"{stage_prefix(sink_id)}{batch_id}_{_digest(attempt_id, 12)}_{n}_{_digest(schema, 8)}"
+
+
+#: a prepared transaction id made before ids carried their schema: ``..._<n>``
+_UNTAGGED_GID = re.compile(r"_qs_[0-9a-f]{10}_\d+_[0-9a-f]{12}_\d+")
+
+
+def gid_in_schema(gid: str, schema: str) -> bool:
+    """Whether prepared transaction ``gid`` is decided in ``schema``'s ledger tables (an
+    id without a schema, made by an earlier quixsinks, counts for every schema)."""
+    if not gid.startswith("_qs_"):
+        return False
+    return gid.endswith("_" + _digest(schema, 8)) or _UNTAGGED_GID.fullmatch(gid) is not None
+
+
+def settle_action(
+    gid: str,
+    *,
+    decided: bool,
+    old: bool,
+    schema: str,
+    sink_id: str | None,
+    batch_id: int | None,
+) -> Literal["commit", "rollback", "abandoned"] | None:
+    """What the settling of prepared transactions does with ``gid``.
+
+    ``commit`` when it is ``decided`` in ``schema``'s decided table; ``rollback`` when it
+    is an undecided one of ``sink_id`` in ``schema`` up to ``batch_id`` (a failed attempt,
+    a replay of a committed batch); ``abandoned`` when it is an undecided one of any sink
+    in ``schema`` that is ``old``; None (left alone) otherwise: never another schema's,
+    whose decision this schema's table does not hold."""
+    if decided:
+        return "commit"
+    if not gid_in_schema(gid, schema):
+        return None
+    mine = stage_batch(gid, sink_id) if sink_id is not None else None
+    if mine is not None and batch_id is not None and mine <= batch_id:
+        return "rollback"
+    return "abandoned" if old else None
 
 
 def stage_batch(name: str, sink_id: str) -> int | None:

@@ -73,6 +73,7 @@ from .schema import (
     column_plan,
     identifier_problem,
     prepared_gid,
+    settle_action,
     stage_batch,
     stage_prefix,
     stage_table_name,
@@ -391,6 +392,9 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
     ) -> StagedRows:
         staged = StagedRows()
         created: dict[str, set[str]] = {}
+        # this SinkBatch's number in the task attempt: a retry of this very write (its
+        # COMMIT landed, the acknowledgement was lost) finds it claimed and stages nothing
+        chunk = batch.task.state.get("chunks", 0) + 1 if batch.task is not None else None
         with conn.cursor() as cur:
             # DDL first (it commits), then every COPY of this batch in one transaction
             typed = {name: self._ensure(cur, name, columns) for name, _ in targets}
@@ -400,12 +404,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     rows = self._discard(batch, columns, kept, rows)
                     if rows is not None and len(rows) == 0:
                         continue
-                stage = self._copy(cur, batch, table_name, kept, rows, created)
+                stage = self._copy(cur, batch, table_name, kept, rows, created, chunk)
                 count = len(rows) if rows is not None else batch.num_rows
                 staged.tables[table_name] = (stage, count)
             if self.options.write_mode == "prepared" and staged.tables:
                 staged.prepared.append(self._prepare_transaction(cur, batch))
         conn.commit()
+        if batch.task is not None:
+            batch.task.state["chunks"] = chunk
         known = self._stages_made(batch)
         for stage, names in created.items():
             known.setdefault(stage, set()).update(names)
@@ -416,7 +422,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         ctx = batch.context
         state = batch.task.state if batch.task is not None else {}
         n = state.get("prepared", 0)
-        gid = prepared_gid(ctx.sink_id, ctx.batch_id, ctx.attempt_id, n)
+        gid = prepared_gid(ctx.sink_id, ctx.batch_id, ctx.attempt_id, n, self.options.schema_name)
         try:
             cur.execute("PREPARE TRANSACTION %s", (gid,))
         except import_psycopg2().errors.DuplicateObject:
@@ -512,12 +518,15 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         columns: list[Column],
         rows: pa.Array | None,
         created: dict[str, set[str]],
+        chunk: int | None = None,
     ) -> str:
         """COPY the rows into this attempt's staging table (or the target); its name.
 
         Staging tables (and direct mode's temporary tables) hold only ``columns``: the
         rows move with an explicit column list, so the target's defaults, identities and
-        generated columns apply to the columns the sink does not write."""
+        generated columns apply to the columns the sink does not write. In staging mode
+        the SinkBatch number ``chunk`` is claimed in the staging registry in the same
+        transaction as the COPY: a claimed number means these rows are staged already."""
         sql = import_psycopg2().sql
         table = self._table(table_name)
         target = sql.Identifier(table.schema, table.name)
@@ -543,6 +552,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     (stage, ctx.sink_id),
                 )
                 created[stage] = wanted
+            if chunk is not None and not self._claim(cur, table.schema, stage, chunk):
+                self.logger.info(
+                    "SinkBatch %d of %s is staged already (a retry after a lost COMMIT "
+                    "acknowledgement): not staged again",
+                    chunk,
+                    stage,
+                )
+                return stage
             data = self._encode(batch, columns, rows, first_row)
             batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
             self._copy_into(cur, ident, data)
@@ -560,6 +577,20 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         else:
             self._copy_into(cur, target, self._encode(batch, columns, rows, None))
         return table.name
+
+    @staticmethod
+    def _claim(cur: Any, schema: str, stage: str, chunk: int) -> bool:
+        """Record in the staging registry that SinkBatch ``chunk`` of the task attempt is
+        in ``stage`` (committed with its COPY); False when an earlier try of this very
+        write did so already."""
+        sql = import_psycopg2().sql
+        cur.execute(
+            sql.SQL(
+                "UPDATE {} SET chunks = %s WHERE table_name = %s AND chunks < %s RETURNING 1"
+            ).format(sql.Identifier(schema, STAGING_REGISTRY)),
+            (chunk, stage, chunk),
+        )
+        return cur.fetchone() is not None
 
     def _encode(
         self,
@@ -674,33 +705,37 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 what=f"postgresql commit of batch {context.batch_id}",
             )
             return
-        # target -> [(staging table, partition)], in partition order; and row counts
+        # target -> [(staging table, partition)], in partition order; rows per staging table
         sources: dict[str, list[tuple[str, int]]] = {}
-        counts: dict[str, int] = {}
+        staged_rows: dict[str, int] = {}
         for receipt in sorted(receipts, key=lambda r: r.partition_id):
             for staged in receipt.staged:
                 for name, (stage, rows) in staged.tables.items():
                     if (stage, receipt.partition_id) not in sources.setdefault(name, []):
                         sources[name].append((stage, receipt.partition_id))
-                    counts[name] = counts.get(name, 0) + rows
+                    staged_rows[stage] = staged_rows.get(stage, 0) + rows
         if self.overwrite and self.options.table_name is not None:
             sources.setdefault(self.options.table_name, [])
         if not context.streaming:  # no ledger: a retry after a lost COMMIT could repeat it
-            self._commit_once(context, sources, sum(counts.values()))
+            self._commit_once(context, sources, staged_rows)
             return
         # a streaming commit is idempotent (the ledger row): retry it when the connection
         # breaks (a server restart); a landed commit is found in the ledger and skipped
         self.options.retry_policy().call(
-            lambda: self._commit_once(context, sources, sum(counts.values())),
+            lambda: self._commit_once(context, sources, staged_rows),
             stats=RetryStats(),
             what=f"postgresql commit of batch {context.batch_id}",
         )
 
     def _commit_once(
-        self, context: CommitContext, sources: dict[str, list[tuple[str, int]]], rows: int
+        self,
+        context: CommitContext,
+        sources: dict[str, list[tuple[str, int]]],
+        staged_rows: dict[str, int],
     ) -> None:
         sql = import_psycopg2().sql
         schema = self.options.schema_name
+        rows = sum(staged_rows.values())
         with self._session() as cur:
             if context.streaming:
                 self._fence(cur, context)
@@ -722,6 +757,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             stage_columns = ddl.tables_columns(
                 cur, schema, [stage for staged in sources.values() for stage, _ in staged]
             )
+            self._check_staged(cur, context, staged_rows, stage_columns)
             for name in sorted(sources):
                 table = self._table(name)
                 if self.overwrite:
@@ -733,6 +769,45 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             self._drop_stages(cur, context, None)
             if context.streaming:
                 self._prune(cur, context)
+
+    def _check_staged(
+        self,
+        cur: Any,
+        context: CommitContext,
+        staged_rows: dict[str, int],
+        stage_columns: dict[str, dict[str, str]],
+    ) -> None:
+        """CommitError unless every staging table holds the rows its task staged.
+
+        Staging tables are UNLOGGED: PostgreSQL empties them in crash recovery, and they
+        are empty on a promoted replica. A micro-batch whose staged rows are gone is not
+        committed (nor recorded in the ledger): its replay stages it again."""
+        sql = import_psycopg2().sql
+        schema = self.options.schema_name
+        present = [stage for stage in staged_rows if stage in stage_columns]
+        if not present:
+            return  # none at all: _move names the missing ones
+        cur.execute(
+            sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {}::text, count(*) FROM {}").format(
+                    sql.Literal(stage), sql.Identifier(schema, stage)
+                )
+                for stage in present
+            )
+        )
+        found = dict(cur.fetchall())
+        short = [(s, found[s], staged_rows[s]) for s in present if found[s] != staged_rows[s]]
+        if not short:
+            return
+        again = "restart the query" if context.streaming else "run the write again"
+        detail = ", ".join(f"{s} holds {n} of {want}" for s, n, want in short[:3])
+        more = f" (and {len(short) - 3} more)" if len(short) > 3 else ""
+        raise CommitError(
+            f"postgresql: batch {context.batch_id} cannot be committed: the rows its tasks "
+            f"staged are not all there ({detail}{more} rows). PostgreSQL empties UNLOGGED "
+            "staging tables when it recovers from a crash and on a promoted replica; nothing "
+            f"of this batch was written: {again} to stage it again"
+        )
 
     def _commit_prepared(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         """Decide (ledger row + decided ids, one transaction), then settle."""
@@ -800,7 +875,9 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         """Finish prepared transactions: COMMIT PREPARED every decided one (any sink's: a
         driver may have died after deciding), ROLLBACK PREPARED the undecided ones of
         ``sink_id`` up to ``batch_id`` (failed attempts, replays of a committed batch) and
-        any sink's undecided ones older than ``staging_max_age_hours`` (abandoned)."""
+        any sink's undecided ones older than ``staging_max_age_hours`` (abandoned). Only
+        transactions of this schema are rolled back: another schema's are decided in that
+        schema's table, which this sink does not read."""
         psycopg2 = import_psycopg2()
         sql = psycopg2.sql
         decided_table = sql.Identifier(self.options.schema_name, DECIDED_TABLE)
@@ -813,18 +890,21 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             (self.options.staging_max_age_hours * 3600,),
         )
         for gid, decided, old in cur.fetchall():
-            mine = stage_batch(gid, sink_id) if sink_id is not None else None
-            if decided:
-                action = "COMMIT PREPARED %s"
-            elif mine is not None and batch_id is not None and mine <= batch_id:
-                action = "ROLLBACK PREPARED %s"
-            elif old and gid.startswith("_qs_"):
-                self.logger.warning("rolling back abandoned prepared transaction %s", gid)
-                action = "ROLLBACK PREPARED %s"
-            else:
+            action = settle_action(
+                gid,
+                decided=decided,
+                old=old,
+                schema=self.options.schema_name,
+                sink_id=sink_id,
+                batch_id=batch_id,
+            )
+            if action is None:
                 continue
+            if action == "abandoned":
+                self.logger.warning("rolling back abandoned prepared transaction %s", gid)
+            statement = "COMMIT PREPARED %s" if action == "commit" else "ROLLBACK PREPARED %s"
             with contextlib.suppress(psycopg2.errors.UndefinedObject):
-                cur.execute(action, (gid,))  # unless another committer finished it
+                cur.execute(statement, (gid,))  # unless another committer finished it
         cur.execute(
             sql.SQL(
                 "DELETE FROM {} d WHERE NOT EXISTS (SELECT 1 FROM pg_prepared_xacts p "
