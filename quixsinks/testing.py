@@ -14,6 +14,14 @@ Phases: ``write`` (the task fails), ``commit-before`` (the driver fails before t
 sink's commit), ``commit-after`` (the commit landed, then the driver fails, so Spark
 aborts and later replays a batch that is already in the destination).
 
+Pauses let a test act on the destination at a chosen point (crash it, snapshot it): with
+``pause_batch`` and ``pause_dir`` set, the first ``write`` of that micro-batch's tasks and
+its commit each stop before the sink runs, create ``<pause_dir>/write`` (or ``commit``)
+and wait until the test calls :func:`resume` (each pause happens once)::
+
+    threading.Thread(target=lambda: (
+        await_pause(pauses, "commit"), server.crash(), resume(pauses, "commit"))).start()
+
 :func:`kill_at_random` is the driver-kill test of the built-in sinks, for yours: it
 starts a streaming job script, SIGKILLs its whole process group (driver, JVM, Python
 workers) at random moments after it made progress, and leaves the restart to you.
@@ -34,7 +42,7 @@ from quixsinks.core.batch import SinkBatch
 from quixsinks.core.options import option
 from quixsinks.core.sink import CommitContext, CommonOptions, Receipt, Sink
 
-__all__ = ["InjectedFault", "faulty", "kill_at_random"]
+__all__ = ["InjectedFault", "await_pause", "faulty", "kill_at_random", "resume"]
 
 S = TypeVar("S", bound=Sink[Any, Any])
 
@@ -50,6 +58,44 @@ class FaultOptions(CommonOptions):
         "write", doc="Where to fail"
     )
     fail_marker: str = option("", doc="File created when the fault fires; it fires only once")
+    pause_batch: int = option(-1, doc="Micro-batch id to pause in write and commit (-1: never)")
+    pause_dir: str = option("", doc="Folder of the pause files (see await_pause and resume)")
+    pause_timeout_seconds: float = option(
+        300.0, minimum=0, doc="A pause nobody resumes fails the write or commit after this"
+    )
+
+
+Pause = Literal["write", "commit"]
+
+
+def _pause(opts: Any, batch_id: int, phase: Pause) -> None:
+    """Stop here once for ``pause_batch`` until the test resumes ``phase``."""
+    if opts.pause_batch != batch_id or not opts.pause_dir:
+        return
+    if not _fire_once(os.path.join(opts.pause_dir, phase)):
+        return
+    resumed = os.path.join(opts.pause_dir, f"{phase}.resume")
+    deadline = time.monotonic() + opts.pause_timeout_seconds
+    while not os.path.exists(resumed):
+        if time.monotonic() > deadline:
+            raise InjectedFault(f"{phase} of batch {batch_id} paused; nobody resumed it")
+        time.sleep(0.05)
+
+
+def await_pause(pause_dir: str | os.PathLike[str], phase: Pause, timeout: float = 120.0) -> None:
+    """Wait until a faulty sink is paused at ``phase`` (see the module docstring)."""
+    reached = os.path.join(pause_dir, phase)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(reached):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {phase} paused in {pause_dir} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def resume(pause_dir: str | os.PathLike[str], phase: Pause) -> None:
+    """Let the sink paused at ``phase`` go on (also before it got there: it will not stop)."""
+    with open(os.path.join(pause_dir, f"{phase}.resume"), "a"):
+        pass
 
 
 def _fire_once(marker: str) -> bool:
@@ -81,6 +127,7 @@ def faulty(sink_class: type[S]) -> type[S]:
         )
 
     def write(self: Any, batch: SinkBatch) -> Any:
+        _pause(self.options, batch.batch_id, "write")
         if should_fail(self, batch.batch_id, "write"):
             raise InjectedFault(f"injected failure in write of batch {batch.batch_id}")
         return sink_class.write(self, batch)
@@ -88,6 +135,7 @@ def faulty(sink_class: type[S]) -> type[S]:
     def commit(self: Any, context: CommitContext, receipts: list[Receipt[Any]]) -> None:
         if should_fail(self, context.batch_id, "commit-before"):
             raise InjectedFault(f"injected failure before commit of batch {context.batch_id}")
+        _pause(self.options, context.batch_id, "commit")
         sink_class.commit(self, context, receipts)
         if should_fail(self, context.batch_id, "commit-after"):
             raise InjectedFault(f"injected failure after commit of batch {context.batch_id}")

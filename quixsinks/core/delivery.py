@@ -7,8 +7,10 @@ refused ones, in their original order, with the backoff of the sink's
 once the policy's deadline has passed with items still undelivered.
 
 :class:`DedupeIds` gives every record an id that is the same when a micro-batch is
-replayed after a failure, so that a consumer (or the service, where it supports it)
-can drop the duplicates that an at-least-once resend produces.
+replayed after a failure (under the conditions its docstring states), so that a consumer
+(or the service, where it supports it) can drop the duplicates that an at-least-once
+resend produces, and that is never shared by two records of a task, so that dropping by
+id never drops a real record. Its state does not grow with the number of rows.
 """
 
 from __future__ import annotations
@@ -17,48 +19,149 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .backpressure import RetryPolicy, RetryStats
+from .batch import SinkBatch
 from .errors import DeliveryError, RetryableError
 
-__all__ = ["DedupeIds", "DeliveryError", "deliver"]
+__all__ = ["Coordinates", "DedupeIds", "DeliveryError", "deliver", "kafka_coordinates"]
 
 logger = logging.getLogger("quixsinks.delivery")
 T = TypeVar("T")
 
+#: A Kafka record's (topic, partition, offset); None parts (or None): not a Kafka record.
+Coordinates = tuple[Any, Any, Any]
+
+#: distinct payloads remembered for one run of rows with the same Kafka coordinates (one
+#: record exploded into several rows); the rows past it get position ids
+MAX_RUN_PAYLOADS = 1024
+
+
+def _fields(*parts: str | int) -> bytes:
+    """Length-prefixed fields: no two different sequences encode alike."""
+    out = []
+    for part in parts:
+        data = str(part).encode()
+        out.append(len(data).to_bytes(4, "big") + data)
+    return b"".join(out)
+
 
 class DedupeIds:
-    """Deterministic per-record ids within one (sink id, batch id, scope).
+    """Deterministic per-record ids of one task: (sink id, batch id, scope), bounded state.
 
-    The id of a record is a hash of the sink id, the micro-batch id, the scope (for
-    example the Spark partition id), the payload's content hash and the payload's
-    occurrence index among identical payloads seen so far in this scope. A replay of
-    the same batch that calls :meth:`ids` with the same payloads in the same order
-    gets the same ids; identical payloads still get distinct ids.
+    Every id is a BLAKE2b hash that covers the record's payload, so a record whose payload
+    differs on a replay gets another id (a duplicate a consumer cannot recognise, never a
+    record dropped in place of another). There are two kinds:
 
-    The occurrence counts carry over between calls on one instance, so a scope's
-    payloads may be passed in several chunks.
+    * **Kafka ids**, for a row given with Kafka coordinates (topic, partition, offset):
+      a hash of the sink id, the batch id, the coordinates, the payload and ``n``, the
+      count of identical payloads before it among the consecutive rows with the same
+      coordinates (one Kafka record exploded into several rows). Neither the scope nor
+      the row's position enter: the id is the same when a replay partitions or orders
+      the rows differently. A row gets a Kafka id only when its offset is past every
+      offset of its topic partition seen before in this task, or when it continues the
+      previous row's run of coordinates; any other row (input out of offset order,
+      coordinates met before) gets a position id, so that no two rows of the task share
+      an id.
+    * **Position ids**, for every other row: a hash of the sink id, the batch id, the
+      scope (e.g. the Spark partition id), the row's ordinal in the scope (counted over
+      every :meth:`ids` call on this instance) and the payload. The same when the replay
+      gives the scope the same rows in the same order.
+
+    The state is the next ordinal, the last offset of each Kafka topic partition seen and
+    the payload digests of the current run of coordinates (at most
+    :data:`MAX_RUN_PAYLOADS`): it does not grow with the number of rows.
     """
 
     def __init__(self, sink_id: str, batch_id: int, scope: str | int, *, digest_size: int = 16):
         if not 4 <= digest_size <= 64:
             raise ValueError(f"digest_size must be in 4..64, got {digest_size}")
-        self._prefix = f"{sink_id}\x00{batch_id}\x00{scope}\x00".encode()
-        self._digest_size = digest_size
-        self._seen: dict[bytes, int] = {}
+        self._position = hashlib.blake2b(
+            _fields("position", sink_id, batch_id, scope), digest_size=digest_size
+        )
+        self._kafka = hashlib.blake2b(_fields("kafka", sink_id, batch_id), digest_size=digest_size)
+        self._ordinal = 0
+        self._last_offsets: dict[tuple[Any, Any], int] = {}
+        self._partition_fields: dict[tuple[Any, Any], bytes] = {}  # encoded once per partition
+        self._run: Coordinates | None = None
+        self._run_payloads: dict[bytes, int] = {}
 
-    def ids(self, payloads: Sequence[bytes]) -> list[str]:
-        """One hex id (``2 * digest_size`` characters) per payload, in order."""
-        prefix, size, seen = self._prefix, self._digest_size, self._seen
+    def ids(
+        self, payloads: Sequence[bytes], coordinates: Sequence[Coordinates | None] | None = None
+    ) -> list[str]:
+        """One hex id (``2 * digest_size`` characters) per payload, in order.
+
+        ``coordinates``: per payload, its Kafka record's (topic, partition, offset), or
+        None (see :func:`kafka_coordinates`); without it every id is a position id.
+        """
+        if coordinates is not None and len(coordinates) != len(payloads):
+            raise ValueError(f"{len(payloads)} payloads but {len(coordinates)} coordinates")
         out: list[str] = []
-        for payload in payloads:
-            content = hashlib.blake2b(payload, digest_size=16).digest()
-            occurrence = seen.get(content, 0)
-            seen[content] = occurrence + 1
-            key = prefix + content + occurrence.to_bytes(8, "big")
-            out.append(hashlib.blake2b(key, digest_size=size).hexdigest())
+        ordinal = self._ordinal
+        position = self._position
+        for i, payload in enumerate(payloads):
+            kafka = None
+            if coordinates is not None:
+                where = coordinates[i]
+                if where is not None and None not in where:
+                    kafka = self._kafka_id(where, payload)
+                else:
+                    self._run = None  # a run is consecutive rows only
+            if kafka is None:
+                h = position.copy()
+                h.update((ordinal + i).to_bytes(8, "big"))
+                h.update(payload)
+                out.append(h.hexdigest())
+            else:
+                out.append(kafka)
+        self._ordinal = ordinal + len(payloads)
         return out
+
+    def _kafka_id(self, where: Coordinates, payload: bytes) -> str | None:
+        """The Kafka id of the row, or None where only a position id is safe."""
+        topic, partition, offset = where
+        offset = int(offset)
+        digest = hashlib.blake2b(payload, digest_size=16).digest()
+        if where == self._run:  # the next row of the same Kafka record
+            n = self._run_payloads.get(digest)
+            if n is None:
+                if len(self._run_payloads) >= MAX_RUN_PAYLOADS:
+                    return None
+                n = 0
+            self._run_payloads[digest] = n + 1
+        else:
+            last = self._last_offsets.get((topic, partition))
+            if last is not None and offset <= last:  # met before, or out of order
+                self._run = None
+                return None
+            self._last_offsets[(topic, partition)] = offset
+            self._run = where
+            self._run_payloads = {digest: 1}
+            n = 0
+        fields = self._partition_fields.get((topic, partition))
+        if fields is None:
+            fields = self._partition_fields[(topic, partition)] = _fields(topic, partition)
+        h = self._kafka.copy()
+        h.update(fields + offset.to_bytes(8, "big", signed=True) + n.to_bytes(8, "big"))
+        h.update(digest)
+        return h.hexdigest()
+
+
+def kafka_coordinates(batch: SinkBatch) -> list[Coordinates | None] | None:
+    """Each row's (topic, partition, offset) when the DataFrame has Spark's Kafka columns
+    (the record schema recognises them), else None."""
+    records = batch.records
+    if records.topic is None or records.partition is None or records.offset is None:
+        return None
+    return list(
+        zip(
+            batch.column(records.topic).to_pylist(),
+            batch.column(records.partition).to_pylist(),
+            batch.column(records.offset).to_pylist(),
+            strict=True,
+        )
+    )
 
 
 def deliver(

@@ -14,7 +14,7 @@ import pytest
 
 import quixsinks
 from quixsinks.sinks.redis import RedisSink
-from quixsinks.testing import faulty
+from quixsinks.testing import await_pause, faulty, resume
 
 from .streams import run_available_now, write_input_files
 
@@ -28,6 +28,14 @@ def write(df: Any, redis_sink: dict[str, Any], fmt: str = "redis", **options: st
 
 def keys(redis_sink: dict[str, Any]) -> list[bytes]:
     return sorted(redis_sink["client"].keys(redis_sink["prefix"] + "*"))
+
+
+def appended(redis_sink: dict[str, Any], key: str, data_type: str) -> list[dict[str, Any]]:
+    """The entries of a list (JSON values) or a stream (fields), in order."""
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    if data_type == "list":
+        return [json.loads(v) for v in r.lrange(p + key, 0, -1)]
+    return [{k.decode(): v.decode() for k, v in e.items()} for _, e in r.xrange(p + key)]
 
 
 @pytest.fixture
@@ -314,12 +322,7 @@ def test_lists_and_streams_get_each_row_exactly_once_across_failures(
     assert "injected failure" in failure
     run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
     r, p = redis_sink["client"], redis_sink["prefix"]
-    if data_type == "list":
-        entries = [json.loads(v) for v in r.lrange(p + "events", 0, -1)]
-    else:
-        entries = [
-            {k.decode(): v.decode() for k, v in e.items()} for _, e in r.xrange(p + "events")
-        ]
+    entries = appended(redis_sink, "events", data_type)
     assert sorted(int(e["id"]) for e in entries) == ids  # each row once
     assert next(e for e in entries if int(e["id"]) == 0)["name"] == 'name "0", ok'
     # each micro-batch (one input file: ids 0-9, 10-19, 20-29) appended in one piece
@@ -328,6 +331,85 @@ def test_lists_and_streams_get_each_row_exactly_once_across_failures(
     assert r.keys(p + "_quixsinks:staging:*") == []
     (ledger,) = r.keys(p + "_quixsinks:ledger:*")
     assert sorted(int(b) for b in r.hkeys(ledger)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("data_type", ["list", "stream"])
+def test_staging_lost_in_a_server_crash_fails_the_commit_and_the_restart_writes_it_once(
+    spark: Any, redis_sink: dict[str, Any], tmp_path: Path, data_type: str
+) -> None:
+    quixsinks.register(spark, faulty(RedisSink))
+    ids = write_input_files(tmp_path / "in", files=3, rows_per_file=10)  # batches 0, 1, 2
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    options = {
+        **redis_sink["options"],
+        "data_type": data_type,
+        "key_template": "events",
+        "value_columns": "id,name",
+        "pause_batch": "1",
+        "pause_dir": str(pauses),
+        "retry_backoff_seconds": "0.2",
+    }
+    server, crashes = redis_sink["server"], []
+
+    def crash_between_staging_and_commit() -> None:
+        try:
+            await_pause(pauses, "write")  # batch 0 committed, batch 1 not staged yet
+            server.command("SAVE")
+            resume(pauses, "write")
+            await_pause(pauses, "commit")  # batch 1 staged, its commit not begun
+            server.crash()  # back with the snapshot: batch 1's staging is lost
+            crashes.append(True)
+        finally:
+            resume(pauses, "write")
+            resume(pauses, "commit")
+
+    crasher = threading.Thread(target=crash_between_staging_and_commit, daemon=True)
+    crasher.start()
+    with pytest.raises(Exception, match="CommitError") as failed:  # a loud failure
+        run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
+    crasher.join(timeout=60)
+    assert crashes
+    message = str(failed.value)
+    assert "micro-batch 1" in message
+    assert f"staged 10 {data_type} entries" in message
+    assert "the server holds 0" in message
+    assert "restart the query from its checkpoint" in message
+    r, p = redis_sink["client"], redis_sink["prefix"]
+    (ledger,) = r.keys(p + "_quixsinks:ledger:*")
+    assert sorted(int(b) for b in r.hkeys(ledger)) == [0]  # batch 1 not recorded
+    first = [int(e["id"]) for e in appended(redis_sink, "events", data_type)]
+    assert sorted(first) == list(range(first[0], first[0] + 10))  # batch 0's file, only
+
+    run_available_now(spark, tmp_path / "in", "faulty_redis", tmp_path / "ck", options)
+    entries = appended(redis_sink, "events", data_type)
+    assert sorted(int(e["id"]) for e in entries) == ids  # each row once
+    assert [int(e["id"]) for e in entries[:10]] == first
+    files = [int(e["id"]) // 10 for e in entries]  # each micro-batch appended in one piece
+    assert sum(1 for a, b in itertools.pairwise(files) if a != b) == 2
+    assert sorted(int(b) for b in r.hkeys(ledger)) == [0, 1, 2]
+    assert r.keys(p + "_quixsinks:staging:*") == []
+
+
+def test_a_task_of_several_sink_batches_appends_each_row_once(
+    spark: Any, redis_sink: dict[str, Any]
+) -> None:
+    # 25000 rows in one task: Spark hands them over in three Arrow batches, and with
+    # max_batch_bytes=1 each one is a SinkBatch staged into the task's one staging hash
+    df = spark.sql("SELECT 'many' AS key, id FROM range(25000)").coalesce(1)
+    write(df, redis_sink, data_type="list", max_batch_bytes="1")
+    assert [e["id"] for e in appended(redis_sink, "many", "list")] == list(range(25000))
+
+
+def test_a_stream_row_without_fields_is_skipped_and_the_rows_after_it_are_appended(
+    spark: Any, redis_sink: dict[str, Any]
+) -> None:
+    df = spark.sql(
+        "SELECT 'gaps' AS key, CASE WHEN id % 4 = 1 THEN NULL ELSE id END AS v FROM range(12)"
+    ).coalesce(1)
+    write(df, redis_sink, data_type="stream")
+    entries = appended(redis_sink, "gaps", "stream")
+    assert [int(e["v"]) for e in entries] == [i for i in range(12) if i % 4 != 1]
 
 
 def test_a_list_commit_onto_a_key_of_another_type_appends_nothing(

@@ -1,7 +1,9 @@
 """A throwaway Redis server on 127.0.0.1 for integration tests (Debian's redis-server).
 
 Started with ``--save '' --appendonly no`` (nothing on disk) and a random password, so the
-tests exercise AUTH. Install it with ``bash tests/services/install.sh``.
+tests exercise AUTH. ``crash()`` SIGKILLs it and starts it again with what an explicit
+``SAVE`` snapshotted, as a server that lost its latest writes. Install it with
+``bash tests/services/install.sh``.
 
 Manual use: ``python tests/services/redis_server.py`` starts one, prints how to reach it
 and keeps it running until Ctrl-C.
@@ -108,9 +110,27 @@ class RedisServer(Service):
     def restart(self) -> None:
         """Stop and start again on the same port (the data is gone: nothing on disk)."""
         self._kill()
+        self._relaunch()
+
+    def crash(self) -> None:
+        """SIGKILL the server this object started and start it again on the same port.
+
+        It comes back with the snapshot of the last ``SAVE`` a test ran, if any, else
+        empty: every write since is lost, as when a server without persistence restarts,
+        one crashes within its fsync window, or a replica that missed writes takes over.
+        The snapshot is deleted once loaded (a later restart starts empty again).
+        """
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        self._relaunch()
+
+    def _relaunch(self) -> None:
         self._launch()
         if not self._wait_up():
             raise RuntimeError("redis-server did not come back")
+        (self._tmp / "dump.rdb").unlink(missing_ok=True)
 
     def stop(self) -> None:
         self._kill()

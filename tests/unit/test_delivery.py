@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pickle
 import threading
+import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quixsinks.core.backpressure import RetryPolicy, RetryStats
-from quixsinks.core.delivery import DedupeIds, deliver
+from quixsinks.core.delivery import MAX_RUN_PAYLOADS, Coordinates, DedupeIds, deliver
 from quixsinks.core.errors import (
     DeliveryError,
     DestinationError,
@@ -60,7 +63,7 @@ def test_ids_depend_on_sink_batch_and_scope(other: tuple[str, int, int | str]) -
     assert set(DedupeIds("sink", 3, 0).ids(payloads)).isdisjoint(DedupeIds(*other).ids(payloads))
 
 
-def test_occurrence_counts_carry_over_between_chunks() -> None:
+def test_positions_carry_over_between_chunks() -> None:
     payloads = [b"a", b"a", b"b", b"a"]
     chunked = DedupeIds("s", 1, 2)
     assert chunked.ids(payloads[:2]) + chunked.ids(payloads[2:]) == DedupeIds("s", 1, 2).ids(
@@ -68,9 +71,97 @@ def test_occurrence_counts_carry_over_between_chunks() -> None:
     )
 
 
-def test_ids_do_not_depend_on_other_payloads_positions() -> None:
-    # a payload's id depends on its content and how often it was seen before, not its index
-    assert DedupeIds("s", 1, 0).ids([b"a", b"b"])[1] == DedupeIds("s", 1, 0).ids([b"b"])[0]
+def test_position_ids_depend_on_the_row_position_and_its_payload() -> None:
+    ids = DedupeIds("s", 1, 0).ids([b"a", b"b"])
+    # a replay that moves a row gives it another id (a duplicate at worst)...
+    assert ids[1] != DedupeIds("s", 1, 0).ids([b"b"])[0]
+    # ...and never the id another record had at that position (which would drop it)
+    assert DedupeIds("s", 1, 0).ids([b"b", b"a"])[0] not in ids
+
+
+def kafka(offset: int, topic: str = "t", partition: int = 0) -> Coordinates:
+    return (topic, partition, offset)
+
+
+def test_kafka_ids_do_not_depend_on_scope_position_or_chunks() -> None:
+    rows = [b"a", b"b", b"c"]
+    where = [kafka(5), kafka(6), kafka(9, partition=1)]
+    ids = DedupeIds("s", 1, 0).ids(rows, where)
+    # another Spark partition, other rows before, topic partition 1's record first
+    moved = DedupeIds("s", 1, 7)
+    moved.ids([b"x", b"y"])
+    assert moved.ids(rows[2:], where[2:]) + moved.ids(rows[:2], where[:2]) == [*ids[2:], *ids[:2]]
+    assert set(ids).isdisjoint(DedupeIds("s", 2, 0).ids(rows, where))  # another batch
+
+
+def test_rows_of_one_kafka_record_get_distinct_ids_identical_payloads_included() -> None:
+    # one record exploded into four rows (consecutive, as explode gives them)
+    ids = DedupeIds("s", 1, 0).ids([b"x", b"x", b"y", b"x"], [kafka(5)] * 4)
+    assert len(set(ids)) == 4
+    assert ids == DedupeIds("s", 1, 3).ids([b"x", b"x", b"y", b"x"], [kafka(5)] * 4)
+
+
+def test_kafka_rows_met_again_or_out_of_offset_order_get_position_ids() -> None:
+    rows = [b"x", b"y", b"x", b"z"]
+    where = [kafka(5), kafka(6), kafka(5), kafka(4)]  # offset 5 again, not adjacent; then 4
+    ids = DedupeIds("s", 1, 0).ids(rows, where)
+    assert len(set(ids)) == 4  # the second (5, "x") is not the first one's duplicate
+    assert ids[2] == DedupeIds("s", 1, 0).ids(rows)[2]  # position ids
+    assert ids[3] == DedupeIds("s", 1, 0).ids(rows)[3]
+
+
+def test_rows_without_kafka_coordinates_get_position_ids() -> None:
+    rows = [b"x", b"x"]
+    assert DedupeIds("s", 1, 0).ids(rows, [None, ("t", None, 3)]) == DedupeIds("s", 1, 0).ids(rows)
+
+
+def test_a_run_past_its_payload_bound_goes_on_with_position_ids() -> None:
+    rows = [b"%d" % i for i in range(MAX_RUN_PAYLOADS + 10)] + [b"0", b"0"]
+    ids = DedupeIds("s", 1, 0).ids(rows, [kafka(5)] * len(rows))
+    assert len(set(ids)) == len(rows)
+    positions = DedupeIds("s", 1, 0).ids(rows)
+    assert ids[MAX_RUN_PAYLOADS] == positions[MAX_RUN_PAYLOADS]
+    assert ids[-1] != positions[-1]  # "0" is remembered: still counted in the run
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"a", b"b", b""]),
+            st.one_of(
+                st.none(),
+                st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 1), st.integers(0, 5)),
+            ),
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 7),
+)
+def test_no_two_rows_of_a_task_share_an_id(rows: list[tuple[bytes, Any]], chunk: int) -> None:
+    dedupe = DedupeIds("s", 1, 0)
+    ids: list[str] = []
+    for start in range(0, len(rows), chunk):
+        part = rows[start : start + chunk]
+        ids += dedupe.ids([p for p, _ in part], [c for _, c in part])
+    assert len(set(ids)) == len(rows)
+
+
+def test_the_state_does_not_grow_with_the_rows() -> None:
+    dedupe = DedupeIds("s", 1, 0)
+    offsets = iter(range(10**9))
+    tracemalloc.start()
+    try:
+        for chunk in range(40):
+            rows = [b"row %d of chunk %d" % (i, chunk) for i in range(5_000)]
+            where = [kafka(next(offsets), partition=i % 3) for i in range(5_000)]
+            dedupe.ids(rows, where if chunk % 2 else None)
+            if chunk == 1:
+                after_two = tracemalloc.get_traced_memory()[0]
+        grown = tracemalloc.get_traced_memory()[0] - after_two
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024  # 190,000 more rows; the old dict grew by about 20 MB
 
 
 def test_digest_size() -> None:

@@ -93,6 +93,19 @@ def test_dedupe_ids_are_the_same_on_a_replay_and_differ_between_batches() -> Non
     assert set(first).isdisjoint(ids(4))
 
 
+def test_kafka_records_get_the_same_ids_in_any_spark_partition() -> None:
+    table = kafka_table()
+    sink = sink_for(table)
+    assert sink.records is not None
+    found = []
+    for partition in (0, 5):  # a replay that partitions differently
+        batch = SinkBatch(table, sink.records, WriteContext("sink", 3, partition_id=partition))
+        messages = sink.messages(batch, DedupeIds("sink", 3, partition))
+        found.append([m.attributes["qs_dedupe_id"] for m in messages])
+    assert found[0] == found[1]
+    assert len(set(found[0])) == 2
+
+
 def test_a_message_over_10_mb_is_a_record_error_naming_its_row() -> None:
     table = pa.table({"d": pa.array([b"x", b"y" * 10_000_001], pa.binary())})
     sink = sink_for(table, data_column="d")

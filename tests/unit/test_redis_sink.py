@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.core.sink import Task
 from quixsinks.sinks.redis import RedisOptions, RedisSink
 from quixsinks.sinks.redis import sink as redis_sink
+from quixsinks.sinks.redis.ledger import StagedHash, staged_totals
 from quixsinks.sinks.redis.options import template_fields
 
 
@@ -109,6 +111,28 @@ def test_hash_rows_leave_null_fields_out() -> None:
     commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
     assert commands.counts.to_pylist() == [1, 1, 0]  # row c has no field: no command
     assert commands.data[1].as_py() == b"*4\r\n$4\r\nHSET\r\n$1\r\nb\r\n$1\r\ny\r\n$1\r\nr\r\n"
+
+
+def test_staged_stream_entries_are_numbered_without_gaps_across_a_tasks_batches() -> None:
+    sink = RedisSink(options(data_type="stream"))
+    table = pa.table({"key": ["a", "b", "c", "d"], "x": [1, None, 3, 4]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    task = Task(WriteContext("s", 0))
+    seqs = []
+    for _ in range(2):  # two SinkBatches of one task share its staging hash
+        batch = SinkBatch(table, sink.records, WriteContext("s", 0), task=task)
+        commands, _ = sink.staged_commands(batch, "stage")
+        assert commands.counts.to_pylist() == [1, 0, 1, 1]  # row b has no field: no HSET
+        seqs += [row.split(b"\r\n")[6] for row in commands.data.to_pylist() if row]
+    assert seqs == [b"0", b"1", b"2", b"3", b"4", b"5"]  # the commit expects fields 0..n-1
+
+
+def test_the_commit_expects_each_staging_hash_once_with_its_writes_summed() -> None:
+    staged = [StagedHash("p0", 3), StagedHash("p0", 2), StagedHash("p1", 0), StagedHash("p2", 4)]
+    assert staged_totals(staged) == {"p0": 5, "p1": 0, "p2": 4}
+    assert list(staged_totals(staged)) == ["p0", "p1", "p2"]  # partition order kept
+    assert pickle.loads(pickle.dumps(staged[0])) == staged[0]  # it rides in a receipt
 
 
 def test_a_value_over_512_mb_is_a_record_error(monkeypatch: pytest.MonkeyPatch) -> None:

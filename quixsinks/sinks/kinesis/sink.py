@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, client_key
-from quixsinks.core.delivery import DedupeIds, deliver
+from quixsinks.core.delivery import DedupeIds, deliver, kafka_coordinates
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
@@ -340,8 +340,7 @@ class KinesisSink(Sink[KinesisOptions, None]):
 
     def setup(self, task: Task) -> None:
         ctx = task.context
-        scope: str | int = "kafka" if self.kafka_coordinates else ctx.partition_id
-        task.state["dedupe"] = DedupeIds(ctx.sink_id, ctx.batch_id, scope)
+        task.state["dedupe"] = DedupeIds(ctx.sink_id, ctx.batch_id, ctx.partition_id)
         task.state["row0"] = 0
 
     def write(self, batch: SinkBatch) -> None:
@@ -417,17 +416,14 @@ class KinesisSink(Sink[KinesisOptions, None]):
             else None
         )
 
-        # the dedupe id: a hash of the record's content (data, key, hash key and, for Kafka
-        # input, its topic, partition and offset), the sink id, the batch id and the scope
+        # the dedupe id covers the record's content (data, key, hash key); for Kafka input
+        # it is keyed by the record's topic, partition and offset, else by its position
         parts: list[Any] = [data, b"\x00", pc.cast(pc.fill_null(keys, ""), pa.binary())]
         if hash_keys is not None:
             parts += [b"\x00", pc.cast(pc.fill_null(hash_keys, ""), pa.binary())]
-        if self.kafka_coordinates is not None:
-            for name in self.kafka_coordinates:
-                text = csv_keys(batch.column(name))
-                parts += [b"\x00", pc.cast(pc.fill_null(text, ""), pa.binary())]
         content = pc.binary_join_element_wise(*parts, b"")
-        ids = pa.array(dedupe.ids(content.to_pylist()), pa.string())
+        coordinates = kafka_coordinates(batch) if self.kafka_coordinates else None
+        ids = pa.array(dedupe.ids(content.to_pylist(), coordinates), pa.string())
 
         null_row = first_null(keys)
         if null_row is not None:

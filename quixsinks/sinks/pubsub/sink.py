@@ -4,10 +4,11 @@ Executor: each SinkBatch becomes messages (data, attributes, ordering key) built
 the data is the JSON object of the value columns (Quix's ``json.dumps``), a ``data_column``
 as is, or a ``value_serializer``'s result; the attributes are Quix's (``_key``,
 ``_timestamp``, ``_offset`` and the Kafka headers, as text), the ``attributes_columns`` and
-``qs_dedupe_id``, a deterministic id (sink id, batch id, partition, content hash and
-occurrence: :class:`~quixsinks.core.delivery.DedupeIds`) that is the same when the batch is
-replayed. A message over 10,000,000 bytes is a RecordError naming its row, before anything
-of the batch is published.
+``qs_dedupe_id``, a deterministic id of the message's content and either its Kafka topic,
+partition and offset or its position in the Spark partition
+(:class:`~quixsinks.core.delivery.DedupeIds`), the same when the batch is replayed. A
+message over 10,000,000 bytes is a RecordError naming its row, before anything of the
+batch is published.
 
 Messages go through one cached ``PublisherClient`` per process and settings (its batch and
 flow-control options), in rounds of ``round_messages``: a round publishes its messages,
@@ -45,7 +46,7 @@ import pyarrow.compute as pc
 
 from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true
 from quixsinks.core.clients import ClientCache, client_key
-from quixsinks.core.delivery import DedupeIds, deliver
+from quixsinks.core.delivery import DedupeIds, deliver, kafka_coordinates
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
@@ -421,7 +422,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
             encode_message(d, a, k)
             for d, a, k in zip(data, dicts, keys or [""] * rows, strict=True)
         ]
-        ids = dedupe.ids(wires)  # the id of everything the message carries
+        ids = dedupe.ids(wires, kafka_coordinates(batch))  # covers all the message carries
         name = self.options.dedupe_attribute
         out: list[Message] = []
         for i in range(rows):
@@ -548,7 +549,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
             encoded = [b"".join(_attribute_entry(k, v) for k, v in a.items()) for a in extra]
             pieces.append(pa.array(encoded, pa.binary()))
         wires = concat_rows(pieces, rows)
-        ids = dedupe.ids(wires.to_pylist())
+        ids = dedupe.ids(wires.to_pylist(), kafka_coordinates(batch))
         name = self.options.dedupe_attribute
         prefix = _attribute_entry(name, "0" * len(ids[0]))[: -len(ids[0])]
         wires = concat_rows([wires, prefix, pa.array(ids, pa.string()).cast(pa.binary())], rows)

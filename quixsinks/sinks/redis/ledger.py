@@ -3,23 +3,60 @@
 ``RPUSH`` and ``XADD`` append: a replay would append twice. So for ``data_type=list`` and
 ``stream`` each task stages its entries into its own hash (``HSET staging <seq> <entry>``,
 idempotent: a retried pipeline rewrites the same fields), named after the sink id, batch,
-partition and task attempt. The driver's commit runs one Lua script that, atomically in
-Redis: checks the ledger hash (``<key_prefix>_quixsinks:ledger:<sink id>``: batch id ->
-query id) for another owner (fencing) and for this batch; checks that every target key
-is absent or of the right type; appends the staged entries in partition and row order;
-records the batch; prunes old entries; deletes the staging hashes. A replayed batch finds
-its ledger entry and only deletes its staging. :class:`RedisLedgerStore` is the same
-ledger for core's :class:`~quixsinks.core.ledger.Ledger` (executor fence checks,
-takeovers).
+partition and task attempt, with the fields ``0..n-1``; the task's receipt names the hash
+and counts its ``n`` entries (:class:`StagedHash`). The driver's commit runs one Lua
+script that, atomically in Redis: checks the ledger hash
+(``<key_prefix>_quixsinks:ledger:<sink id>``: batch id -> query id) for another owner
+(fencing) and for this batch; checks that every staging hash holds exactly the entries
+its receipt counts; checks that every target key is absent or of the right type; appends
+the staged entries in partition and row order; records the batch; prunes old entries;
+deletes the staging hashes. A replayed batch finds its ledger entry and only deletes its
+staging.
+
+The count check is what keeps a lost staging hash from becoming lost rows: a server that
+restarts without persistence (or within its fsync window), or a replica promoted without
+the latest writes, drops staging written before the commit. The script then appends
+nothing and records nothing, the commit fails, and the query's restart stages the
+micro-batch again (new attempt ids) instead of finding it recorded.
+:class:`RedisLedgerStore` is the same ledger for core's
+:class:`~quixsinks.core.ledger.Ledger` (executor fence checks, takeovers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from quixsinks.core.ledger import LedgerEntry, LedgerStore
 
-__all__ = ["COMMIT_SCRIPT", "RedisLedgerStore", "ledger_key", "registry_key", "staging_key"]
+__all__ = [
+    "COMMIT_SCRIPT",
+    "RedisLedgerStore",
+    "StagedHash",
+    "ledger_key",
+    "registry_key",
+    "staged_totals",
+    "staging_key",
+]
+
+
+@dataclass(frozen=True)
+class StagedHash:
+    """What one ``write`` staged: the task's staging hash and how many entries it added
+    (fields ``first..first+entries-1``; a task's writes share one hash)."""
+
+    key: str
+    entries: int
+
+
+def staged_totals(staged: Iterable[StagedHash]) -> dict[str, int]:
+    """Each staging hash once, in the order given (partition order), with the entries the
+    task's writes put in it: what the commit must find there."""
+    totals: dict[str, int] = {}
+    for item in staged:
+        totals[item.key] = totals.get(item.key, 0) + item.entries
+    return totals
 
 
 def ledger_key(prefix: str, sink_id: str) -> str:
@@ -70,11 +107,14 @@ class RedisLedgerStore(LedgerStore):
 
 
 #: KEYS: the ledger hash, the staging registry set, then the staging hashes in partition
-#: order.
-#: ARGV: batch id, query id, data type (list|stream), stream MAXLEN (0: none), batches kept.
+#: order (each once).
+#: ARGV: batch id, query id, data type (list|stream), stream MAXLEN (0: none), batches kept,
+#: then per staging hash the entries its task staged (its fields are "0".."n-1").
 #: Entries: "<key length>\n<key>" then, for a list, the value; for a stream, per field
 #: "<name length>\n<name><value length>\n<value>".
-#: Returns {appended, ""}, {-1, owner query id} (fenced) or {-2, key} (wrong type).
+#: Returns {appended, ""}, {-1, owner query id} (fenced), {-2, key} (wrong type) or
+#: {-3, staging hash, entries expected, entries found, staging hashes short} (staging lost:
+#: nothing appended, the batch not recorded).
 COMMIT_SCRIPT = r"""
 local ledger, registry = KEYS[1], KEYS[2]
 local batch, query, dtype = ARGV[1], ARGV[2], ARGV[3]
@@ -102,14 +142,33 @@ local function key_of(entry)
   return string.sub(entry, nl + 1, nl + n), nl + n + 1
 end
 local staged = {}
-local checked = {}
+local short, first_short = 0, nil
 for i = 3, #KEYS do
+  local expected = tonumber(ARGV[i + 3])
   local flat = redis.call('HGETALL', KEYS[i])
-  local rows = {}
-  for j = 1, #flat, 2 do rows[tonumber(flat[j]) + 1] = flat[j + 1] end
-  staged[#staged + 1] = rows
-  for _, entry in ipairs(rows) do
-    local key = key_of(entry)
+  local rows, found = {}, 0
+  for j = 1, #flat, 2 do
+    rows[tonumber(flat[j]) + 1] = flat[j + 1]
+    found = found + 1
+  end
+  local complete = found == expected
+  for n = 1, expected do
+    if rows[n] == nil then complete = false end
+  end
+  if not complete then
+    short = short + 1
+    if first_short == nil then first_short = {KEYS[i], expected, found} end
+  end
+  staged[#staged + 1] = {rows, expected}
+end
+if short > 0 then
+  return {-3, first_short[1], first_short[2], first_short[3], short}
+end
+local checked = {}
+for _, hash in ipairs(staged) do
+  local rows = hash[1]
+  for n = 1, hash[2] do
+    local key = key_of(rows[n])
     if not checked[key] then
       local t = redis.call('TYPE', key)['ok']
       if t ~= 'none' and t ~= dtype then return {-2, key} end
@@ -118,8 +177,10 @@ for i = 3, #KEYS do
   end
 end
 local appended = 0
-for _, rows in ipairs(staged) do
-  for _, entry in ipairs(rows) do
+for _, hash in ipairs(staged) do
+  local rows = hash[1]
+  for n = 1, hash[2] do
+    local entry = rows[n]
     local key, at = key_of(entry)
     if dtype == 'list' then
       redis.call('RPUSH', key, string.sub(entry, at))

@@ -36,6 +36,7 @@ from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true,
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
+    CommitError,
     DestinationAccessDeniedError,
     DestinationError,
     LedgerFenceError,
@@ -50,7 +51,15 @@ from quixsinks.core.ledger import fence_owners
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
 
-from .ledger import COMMIT_SCRIPT, RedisLedgerStore, ledger_key, registry_key, staging_key
+from .ledger import (
+    COMMIT_SCRIPT,
+    RedisLedgerStore,
+    StagedHash,
+    ledger_key,
+    registry_key,
+    staged_totals,
+    staging_key,
+)
 from .options import APPENDING, RedisOptions, template_fields
 
 __all__ = ["RedisSink", "resp_commands"]
@@ -184,7 +193,7 @@ class Commands:
 # ---------------------------------------------------------------------- the sink
 
 
-class RedisSink(Sink[RedisOptions, str]):
+class RedisSink(Sink[RedisOptions, StagedHash]):
     """Writes keys, hashes, sets or sorted sets to Redis; effectively exactly-once.
     See docs/sinks/redis.md."""
 
@@ -361,7 +370,7 @@ class RedisSink(Sink[RedisOptions, str]):
 
     # ------------------------------------------------------------------ executor
 
-    def write(self, batch: SinkBatch) -> str | None:
+    def write(self, batch: SinkBatch) -> StagedHash | None:
         staging = None
         if self.options.data_type in APPENDING:
             ctx = batch.context
@@ -407,20 +416,21 @@ class RedisSink(Sink[RedisOptions, str]):
             sent += replies
         batch.count("commands", sent)
         batch.count("rows_written", len(commands.data) - int(pc.sum(pc.equal(counts, 0)).as_py()))
-        if staging is None:
+        if staging is None or not sent:
             return None
-        if sent:  # a staging hash no commit names (a failed attempt) expires
-            ttl_ms = int(self.options.staging_max_age_hours * 3_600_000)
-            pexpire = functools.partial(_simple, ("PEXPIRE", staging, ttl_ms))
-            task.retry(
-                lambda: self._call(pexpire), what="redis staging expiry"
-            ) if task else self._call(pexpire)
-        return staging
+        # a staging hash no commit names (a failed attempt) expires
+        ttl_ms = int(self.options.staging_max_age_hours * 3_600_000)
+        pexpire = functools.partial(_simple, ("PEXPIRE", staging, ttl_ms))
+        task.retry(
+            lambda: self._call(pexpire), what="redis staging expiry"
+        ) if task else self._call(pexpire)
+        return StagedHash(staging, sent)  # one HSET per staged entry
 
     # ------------------------------------------------------------------ list / stream
 
     def staged_commands(self, batch: SinkBatch, staging: str) -> tuple[Commands, int]:
-        """``HSET <staging> <seq> <entry>`` per row (seq: the row's place in the task)."""
+        """``HSET <staging> <seq> <entry>`` per row with an entry (seq: the entry's place in
+        the task, 0, 1, 2... without gaps: the commit counts the fields to find lost ones)."""
         opts = self.options
         batch, keys, skipped = self._keyed(batch)
         rows = batch.num_rows
@@ -458,12 +468,13 @@ class RedisSink(Sink[RedisOptions, str]):
         _check_size(entries, "entry")
         task = batch.task
         first = 0
+        entries_staged = int(pc.sum(present).as_py() or 0) if rows else 0
         if task is not None:
             first = task.state.get("redis_seq", 0)
-            task.state["redis_seq"] = first + rows
-        seq = pc.cast(
-            pc.cast(pa.array(range(first, first + rows), pa.int64()), pa.string()), pa.binary()
-        )
+            task.state["redis_seq"] = first + entries_staged
+        # entries numbered in row order, skipping the rows without one (their seq is unused)
+        numbers = pc.add(pc.cumulative_sum(pc.cast(present, pa.int64())), first - 1)
+        seq = pc.cast(pc.cast(numbers, pa.string()), pa.binary())
         data = resp_commands([b"HSET", staging.encode(), seq, entries], rows)
         data = pc.if_else(present, data, pa.scalar(b"", pa.binary()))
         return Commands(data, pc.cast(present, pa.int64()), keys), skipped
@@ -482,7 +493,7 @@ class RedisSink(Sink[RedisOptions, str]):
         )
         fence_owners(ctx.sink_id, ctx.query_id, owners, self.options.takeover_query_id)
 
-    def commit(self, context: CommitContext, receipts: list[Receipt[str]]) -> None:
+    def commit(self, context: CommitContext, receipts: list[Receipt[StagedHash]]) -> None:
         if self.options.data_type not in APPENDING:
             return
         opts = self.options
@@ -493,10 +504,11 @@ class RedisSink(Sink[RedisOptions, str]):
             lambda: self._redis_call(lambda: ledger.fence(context.sink_id, context.query_id)),
             what="redis ledger fence",
         )
+        staged = staged_totals(staged_in_order(receipts))
         keys = [
             ledger_key(opts.key_prefix, context.sink_id),
             registry_key(opts.key_prefix, name_prefix(context.sink_id, context.query_id)),
-            *staged_in_order(receipts),
+            *staged,
         ]
         args = [
             str(context.batch_id),
@@ -504,6 +516,7 @@ class RedisSink(Sink[RedisOptions, str]):
             opts.data_type,
             str(opts.stream_maxlen or 0),
             str(opts.ledger_keep_batches),
+            *(str(entries) for entries in staged.values()),
         ]
         script = client.register_script(COMMIT_SCRIPT)
         result = policy.call(
@@ -525,12 +538,35 @@ class RedisSink(Sink[RedisOptions, str]):
                 f"{opts.data_type}; nothing of batch {context.batch_id} was appended (delete "
                 "the key or write to other keys with key_prefix)"
             )
+        if code == -3:
+            self.abort(context, receipts)
+            raise self._staging_lost(context, detail, *(int(n) for n in result[2:5]))
         if not context.streaming:  # a batch write is never replayed: no ledger key left
             self._redis_call(lambda: client.delete(keys[0]))
         self.logger.info("batch %s: %s %s entries appended", context.batch_id, code, opts.data_type)
 
-    def abort(self, context: CommitContext, receipts: list[Receipt[str]]) -> None:
-        staged = [s for r in receipts for s in r.staged]
+    def _staging_lost(
+        self, context: CommitContext, staging: str, expected: int, found: int, short: int
+    ) -> CommitError:
+        others = f" (and {short - 1} more staging hash(es) of the batch)" if short > 1 else ""
+        again = (
+            "restart the query from its checkpoint to write the micro-batch again (it is "
+            "staged anew)"
+            if context.streaming
+            else "run the write again"
+        )
+        return CommitError(
+            f"{self._where()}: micro-batch {context.batch_id} of sink {context.sink_id} cannot "
+            f"be committed: a task staged {expected} {self.options.data_type} entries in "
+            f"{staging!r}, but the server holds {found}{others}. Staged entries were lost "
+            "between the tasks' writes and this commit (a server restart without persistence "
+            "or within its fsync window, a failover to a replica that missed writes, the hash "
+            "evicted by maxmemory-policy, deleted, or expired after staging_max_age_hours). "
+            f"Nothing was appended and the micro-batch is not recorded: {again}."
+        )
+
+    def abort(self, context: CommitContext, receipts: list[Receipt[StagedHash]]) -> None:
+        staged = list(staged_totals(s for r in receipts for s in r.staged))
         if self.options.data_type not in APPENDING or not staged:
             return
         client = self._ledger_client()
