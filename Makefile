@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install java services demo test test-compat test-unit test-integration bench lint format docs clean
+.PHONY: install java services demo test test-compat test-unit test-integration bench chaos lint format docs clean
 
 install: java $(STAMP)
 
@@ -85,6 +85,11 @@ bench: install services
 	$(PY) benchmarks/bench_kinesis.py
 	$(PY) benchmarks/bench_dedupe_memory.py
 	$(PY) benchmarks/plot.py
+
+## The fault matrix: every sink under every fault (tests/chaos); writes
+## tests/chaos/results.json and docs/reliability.md. `make test` runs its quick cells.
+chaos: install services
+	$(PY) -m tests.chaos
 
 lint: install
 	$(VENV)/bin/ruff check .

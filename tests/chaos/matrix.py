@@ -1,0 +1,86 @@
+"""The rows of the fault matrix, the servers they need, and the cells CI runs."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+
+from ..services.influxdb import InfluxServer
+from ..services.kinesalite import KinesaliteServer
+from ..services.moto import MotoServer
+from ..services.postgres import PostgresServer
+from ..services.redis_server import RedisServer
+from .targets import (
+    CsvTarget,
+    FileTarget,
+    InfluxTarget,
+    KinesisTarget,
+    PostgresTarget,
+    RedisTarget,
+    S3FileTarget,
+    Target,
+)
+
+#: (target, fault) cells that ``make test`` runs (tests/integration/test_chaos.py): at
+#: least one fault of each kind per sink family; the driver kill of these sinks is
+#: tested by tests/integration/test_driver_kill.py
+QUICK: set[tuple[str, str]] = {
+    ("file (local, JSON)", "worker-kill"),
+    ("file (local, JSON)", "disk-full"),
+    ("csvfile", "disk-full"),
+    ("postgresql (exactly-once)", "server-crash"),
+    ("postgresql (exactly-once)", "lost-ack"),
+    ("postgresql (exactly-once)", "hung-server"),
+    ("postgresql (prepared)", "server-crash"),
+    ("postgresql (prepared)", "lost-ack"),
+    ("redis (list)", "lost-ack"),
+    ("redis (string)", "hung-server"),
+    ("influxdb3", "lost-ack"),
+    ("kinesis", "lost-ack"),
+    ("file (S3, JSON)", "lost-ack"),
+}
+
+
+def build(
+    postgres: PostgresServer,
+    redis: RedisServer,
+    influx: InfluxServer,
+    kinesis: KinesaliteServer,
+    s3: MotoServer,
+) -> list[Target]:
+    """Every row, on servers already running."""
+    return [
+        FileTarget(),
+        S3FileTarget(s3),
+        CsvTarget(),
+        *(PostgresTarget(postgres, mode) for mode in ("exactly-once", "prepared", "direct")),
+        *(RedisTarget(redis, data_type) for data_type in ("string", "list")),
+        InfluxTarget(influx),
+        KinesisTarget(kinesis),
+    ]
+
+
+def targets(stack: contextlib.ExitStack) -> tuple[dict[str, str], list[Target]]:
+    """Start the servers (stopped when ``stack`` closes); their versions and the rows."""
+    postgres = stack.enter_context(PostgresServer())
+    redis = RedisServer()
+    # durable, as in production: a crashed server comes back with every acknowledged write
+    redis.extra_args = ["--appendonly", "yes", "--appendfsync", "always"]
+    stack.enter_context(redis)
+    influx = stack.enter_context(InfluxServer())
+    kinesis = stack.enter_context(KinesaliteServer())
+    s3 = stack.enter_context(MotoServer())
+    versions = {
+        "PostgreSQL": _version([str(postgres.pg_bin / "postgres"), "--version"]),
+        "Redis": _version([redis.binary, "--version"]),
+    }
+    versions["InfluxDB 1.x (InfluxDB 3 stand-in)"] = _version([str(influx.influxd), "version"])
+    return versions, build(postgres, redis, influx, kinesis, s3)
+
+
+def _version(command: list[str]) -> str:
+    """The first version number a ``--version`` command prints."""
+    out = subprocess.run(command, capture_output=True, text=True, check=False).stdout
+    found = re.search(r"\d+\.\d+[\w.~+-]*", out)
+    return found.group(0) if found else "?"

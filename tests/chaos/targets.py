@@ -1,0 +1,411 @@
+"""The sinks of the fault matrix: how a cell reaches a fresh destination and reads it back.
+
+A :class:`Target` is one row of the matrix: a sink in one mode, the guarantee its docs
+claim, and what the faults need of it: where it connects (for a proxy or a black hole in
+between), which request's acknowledgement a lost-ack cell drops, how its server crashes.
+A fault that cannot be built for a target says why in :attr:`Target.not_built`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quixsinks.core.sink import Guarantee
+
+from ..integration.streams import read_jsonl_ids
+from ..services.ack_faults import PG_COMMIT
+from ..services.influxdb import InfluxServer
+from ..services.kinesalite import KinesaliteServer
+from ..services.moto import MotoServer
+from ..services.postgres import PostgresServer
+from ..services.redis_server import RedisServer
+
+__all__ = [
+    "Cell",
+    "CsvTarget",
+    "FileTarget",
+    "InfluxTarget",
+    "KinesisTarget",
+    "PostgresTarget",
+    "RedisTarget",
+    "S3FileTarget",
+    "Target",
+]
+
+
+@dataclass
+class Cell:
+    """One run of the matrix: its work folder (input, checkpoint, local output) and a
+    name unique to it (for tables, prefixes)."""
+
+    workdir: Path
+    name: str = field(default_factory=lambda: f"c{uuid.uuid4().hex[:10]}")
+    #: whether ``out`` is a filesystem mounted for the cell (the disk-full fault)
+    mounted: bool = False
+
+    @property
+    def out(self) -> Path:
+        """Where a local sink writes."""
+        return self.workdir / "out"
+
+
+class Target(ABC):
+    """One sink in one mode; see the module docstring."""
+
+    #: the row's label in the matrix
+    name: str
+    #: the Spark format
+    fmt: str
+    #: what the sink's docs page claims
+    guarantee: Guarantee
+    #: the docs page that claims it
+    docs: str
+    #: faults this target cannot take here, and why (the matrix prints the reason)
+    not_built: dict[str, str] = {}
+    #: (trigger, after): the request whose acknowledgement a lost-ack cell drops
+    ack: tuple[bytes, bytes] | None = None
+    #: options that make a hung server fail fast (short timeouts, few retries)
+    impatient: dict[str, str] = {}
+
+    @abstractmethod
+    def options(self, cell: Cell) -> dict[str, str]:
+        """The sink's options for a fresh destination of ``cell``."""
+
+    @abstractmethod
+    def read_ids(self, cell: Cell) -> list[int]:
+        """Every row id at the destination of ``cell`` (duplicates kept)."""
+
+    def read_deduplicated(self, cell: Cell) -> list[int] | None:
+        """At-least-once sinks with a dedupe id: the ids left once a consumer drops the
+        records whose dedupe id it saw already (None: the sink has no dedupe id)."""
+        return None
+
+    def endpoint(self) -> tuple[str, int]:
+        """The (host, port) the sink connects to."""
+        raise NotImplementedError(f"{self.name} has no server")
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        """``options`` pointed at ``host:port`` instead of the server."""
+        return {**options, "host": host, "port": str(port)}
+
+    def crash(self) -> None:
+        """Crash the destination's server and start it again at once."""
+        raise NotImplementedError(f"{self.name} has no server to crash")
+
+
+_NO_SERVER = "no server: the sink writes the local filesystem"
+
+
+class FileTarget(Target):
+    name = "file (local, JSON)"
+    fmt = "file"
+    guarantee = "exactly-once"
+    docs = "sinks/file.md"
+    not_built = {
+        "server-crash": _NO_SERVER,
+        "lost-ack": _NO_SERVER,
+        "hung-server": _NO_SERVER,
+    }
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        return {"path": str(cell.out), "format": "json"}
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        return read_jsonl_ids(cell.out) if cell.out.exists() else []
+
+
+class CsvTarget(Target):
+    name = "csvfile"
+    fmt = "csvfile"
+    guarantee = "exactly-once"
+    docs = "sinks/csvfile.md"
+    not_built = FileTarget.not_built
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        cell.out.mkdir(parents=True, exist_ok=True)  # the sink appends to a file in it
+        return {"path": str(cell.out / "events.csv")}
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        path = cell.out / "events.csv"
+        if not path.exists():
+            return []
+        with open(path, newline="", encoding="utf-8") as f:
+            return [json.loads(row["value"])["id"] for row in csv.DictReader(f)]
+
+
+class PostgresTarget(Target):
+    """The `postgresql` sink in one ``write_mode``, a database of its own per cell."""
+
+    fmt = "postgresql"
+    docs = "sinks/postgresql.md"
+    not_built = {
+        "disk-full": "not injected: the server's disk is its own (PostgreSQL fails the "
+        "transaction with SQLSTATE 53100, a retryable error)"
+    }
+    impatient = {
+        "connection_timeout_seconds": "2",
+        "statement_timeout_seconds": "2",
+        "retry_max_attempts": "2",
+        "retry_backoff_seconds": "0.1",
+    }
+
+    def __init__(self, server: PostgresServer, write_mode: str) -> None:
+        self.server = server
+        self.write_mode = write_mode
+        self.name = f"postgresql ({write_mode})"
+        self.guarantee = "at-least-once" if write_mode == "direct" else "exactly-once"
+        # the staging (or direct) COMMIT after a COPY; prepared mode's tasks PREPARE instead
+        prepared = write_mode == "prepared"
+        self.ack = (b"PREPARE TRANSACTION", b"COPY ") if prepared else (PG_COMMIT, b"COPY ")
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        self.server.create_database(cell.name)
+        return {
+            "host": self.server.host,
+            "port": str(self.server.port),
+            "user": self.server.user,
+            "password": self.server.password,
+            "dbname": cell.name,
+            "table_name": "events",
+            "write_mode": self.write_mode,
+        }
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        conn = self.server.connect(cell.name)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass('public.events') IS NOT NULL")
+                if not cur.fetchone()[0]:
+                    return []
+                cur.execute("SELECT id FROM events")
+                return [row[0] for row in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def endpoint(self) -> tuple[str, int]:
+        return self.server.host, self.server.port
+
+    def crash(self) -> None:
+        self.server.crash()
+
+    def leftovers(self, cell: Cell) -> list[str]:
+        """Staging tables and prepared transactions left behind (there should be none)."""
+        conn = self.server.connect(cell.name)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT tablename FROM pg_tables WHERE left(tablename, 4) = '_qs_'")
+                left = [row[0] for row in cur.fetchall()]
+                cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+                return left + [row[0] for row in cur.fetchall()]
+        finally:
+            conn.close()
+
+
+class RedisTarget(Target):
+    """The `redis` sink: ``string`` keys (one per row, overwrites) or one ``list`` (staged,
+    one Lua commit), a key prefix of its own per cell."""
+
+    fmt = "redis"
+    docs = "sinks/redis.md"
+    not_built = {
+        "disk-full": "not injected: the server's disk is its own (Redis refuses writes with "
+        "MISCONF, an error the sink reports)"
+    }
+    impatient = {
+        "socket_timeout": "2",
+        "retry_max_attempts": "2",
+        "retry_backoff_seconds": "0.1",
+    }
+
+    def __init__(self, server: RedisServer, data_type: str) -> None:
+        self.server = server
+        self.data_type = data_type
+        self.name = f"redis ({data_type})"
+        if data_type == "list":
+            self.guarantee = "exactly-once"
+            self.key_template = "events"
+            self.ack = (b"EVALSHA", b"")  # the driver's Lua commit
+        else:
+            self.guarantee = "effectively exactly-once"
+            self.key_template = "event:{id}"
+            self.ack = (b"MSET", b"")
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        return {
+            **self.server.options,
+            "key_prefix": f"{cell.name}:",
+            "data_type": self.data_type,
+            "key_template": self.key_template,
+        }
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        client: Any = self.server.client()
+        prefix = f"{cell.name}:"
+        if self.data_type == "list":
+            return [json.loads(v)["id"] for v in client.lrange(prefix + "events", 0, -1)]
+        keys = client.keys(prefix + "event:*")
+        # overwrites: one key per id; each key's value must be its own row
+        values = client.mget(keys) if keys else []
+        return [json.loads(v)["id"] for v in values]
+
+    def endpoint(self) -> tuple[str, int]:
+        return self.server.host, self.server.port
+
+    def crash(self) -> None:
+        self.server.crash()
+
+    def leftovers(self, cell: Cell) -> list[str]:
+        """Staging keys left behind (there should be none once a commit ran)."""
+        client: Any = self.server.client()
+        return [k.decode() for k in client.keys(f"{cell.name}:_quixsinks:staging*")]
+
+
+_IN_MEMORY = "the emulator keeps its data in memory: a crash loses everything, committed or not"
+
+
+class InfluxTarget(Target):
+    """The `influxdb3` sink on the stand-in server (InfluxDB 1.x behind a front speaking the
+    InfluxDB 3 write API): one series per id (tag ``id``), a database of its own per cell."""
+
+    name = "influxdb3"
+    fmt = "influxdb3"
+    guarantee = "effectively exactly-once"
+    docs = "sinks/influxdb3.md"
+    ack = (b"POST /api/v", b"")
+    not_built = {
+        "server-crash": "the stand-in's crash would be InfluxDB 1.x's, not InfluxDB 3's",
+        "disk-full": "not injected: the server's disk is its own",
+    }
+    impatient = {"request_timeout_ms": "2000", "retry_max_attempts": "2"}
+
+    def __init__(self, server: InfluxServer) -> None:
+        self.server = server
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        self.server.create_database(cell.name)
+        return {
+            "host": self.server.url,
+            "token": self.server.token,
+            "database": cell.name,
+            "measurement": "events",
+            "tags_keys": "id",
+            "fields_keys": "key,name,amount",
+        }
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        rows = self.server.query(cell.name, 'SELECT "amount", "id" FROM "events"')
+        return [int(row["id"]) for row in rows]
+
+    def endpoint(self) -> tuple[str, int]:
+        return self.server.host, self.server.port
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        return {**options, "host": f"http://{host}:{port}"}
+
+
+class KinesisTarget(Target):
+    """The `kinesis` sink on kinesalite, a two-shard stream of its own per cell."""
+
+    name = "kinesis"
+    fmt = "kinesis"
+    guarantee = "at-least-once"
+    docs = "sinks/kinesis.md"
+    ack = (b"Kinesis_20131202.PutRecords", b"")
+    not_built = {
+        "server-crash": _IN_MEMORY,
+        "disk-full": "not injected: the service's storage is its own",
+    }
+    impatient = {
+        "request_timeout_seconds": "2",
+        "retry_max_attempts": "2",
+        "retry_deadline_seconds": "10",
+    }
+
+    def __init__(self, server: KinesaliteServer) -> None:
+        self.server = server
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        self.server.create_stream(cell.name, shards=2)
+        return {
+            **{k: str(v) for k, v in self.server.options().items()},
+            "stream_name": cell.name,
+            "retry_backoff_seconds": "0.05",
+        }
+
+    def _values(self, cell: Cell) -> list[dict[str, Any]]:
+        return [json.loads(r["Data"]) for r in self.server.read_all(cell.name)]
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        return [value["id"] for value in self._values(cell)]
+
+    def read_deduplicated(self, cell: Cell) -> list[int] | None:
+        seen: set[str] = set()
+        ids = []
+        for value in self._values(cell):
+            if value["_dedupe_id"] not in seen:
+                seen.add(value["_dedupe_id"])
+                ids.append(value["id"])
+        return ids
+
+    def endpoint(self) -> tuple[str, int]:
+        return self.server.host, self.server.port
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        return {**options, "endpoint_url": f"http://{host}:{port}"}
+
+
+class S3FileTarget(Target):
+    """The `file` sink (JSON Lines) on moto's S3 server, a bucket of its own per cell."""
+
+    name = "file (S3, JSON)"
+    fmt = "file"
+    guarantee = "exactly-once"
+    docs = "sinks/file.md"
+    # the create-only PUT of the batch's marker: whoever holds it publishes the batch
+    ack = (b"If-None-Match", b"")
+    not_built = {
+        "server-crash": _IN_MEMORY,
+        "hung-server": "tests/integration/test_hung_server.py points the S3 client at a black hole",
+        "disk-full": "not injected: the service's storage is its own",
+    }
+
+    def __init__(self, server: MotoServer) -> None:
+        self.server = server
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        bucket = f"qs-{cell.name}"
+        self.server.create_bucket(bucket)
+        credentials = {k: str(v) for k, v in self.server.options().items() if v}
+        return {"path": f"s3://{bucket}/out", "format": "json", **credentials}
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        client = self.server.client()
+        bucket = f"qs-{cell.name}"
+        ids = []
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                key = item["Key"]
+                if key.endswith(".jsonl") and "/" not in key.removeprefix("out/"):
+                    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                    ids.extend(json.loads(line)["_value"]["id"] for line in body.splitlines())
+        return ids
+
+    def leftovers(self, cell: Cell) -> list[str]:
+        """Staged objects left behind (there should be none)."""
+        client = self.server.client()
+        page = client.list_objects_v2(Bucket=f"qs-{cell.name}", Prefix="out/_quixsinks/staging/")
+        return [item["Key"] for item in page.get("Contents", [])]
+
+    def endpoint(self) -> tuple[str, int]:
+        host, port = self.server.url.removeprefix("http://").rsplit(":", 1)
+        return host, int(port)
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        return {**options, "endpoint_url": f"http://{host}:{port}"}
