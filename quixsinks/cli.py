@@ -111,7 +111,12 @@ def check(name: str, raw: dict[str, str], schema: pa.Schema | None, out: TextIO)
         if spec.secret and value:
             report.secrets.append(str(value.reveal() if hasattr(value, "reveal") else value))
     defaults = {spec.name: spec.default for spec in options.specs()}
-    given = {k: v for k, v in options.redacted().items() if v != defaults[k]}
+    # redacted() may show more than the declared options (iceberg's catalog.* properties)
+    given = {
+        k: v
+        for k, v in options.redacted().items()
+        if (v != defaults[k] if k in defaults else bool(v))
+    }
     report.line(f"    {given}")
     sink = sink_class(options)
     if schema is not None and len(schema):

@@ -8,9 +8,11 @@ process exits.
 
 :class:`MachineSlots` caps how many tasks of **one machine** hold a connection to one
 server at once: each Spark task runs in its own Python worker process, so the cap is a
-set of lock files in the machine's temp folder, one ``flock`` per holder. The kernel
-drops a lock when its process dies, so a killed task never leaks a slot. On a cluster
-the bound is per machine: N executor machines open up to N x ``slots`` connections.
+set of lock files, one ``flock`` per holder, in the user's private state directory
+(:mod:`quixsinks.core.localstate`: ``<tmp>/quixsinks-<uid>``, 0700, checked before use).
+The kernel drops a lock when its process dies, so a killed task never leaks a slot. On a
+cluster the bound is per machine (and per user running executors): N executor machines
+open up to N x ``slots`` connections.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import time
 import weakref
@@ -30,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
 from .errors import RetryableError
+from .localstate import default_state_directory, open_private_file, state_root
 from .options import SinkOptions
 
 __all__ = ["ClientCache", "MachineSlots", "Secret", "client_key", "secret_digest"]
@@ -165,22 +167,28 @@ class MachineSlots:
 
     def __init__(self, kind: str, server: str, slots: int, *, poll_seconds: float = 0.05) -> None:
         key = hashlib.sha1(server.encode()).hexdigest()[:16]
-        self.folder = os.path.join(tempfile.gettempdir(), f"quixsinks-{kind}-slots-{key}")
+        self.name = f"{kind}-slots-{key}"
         self.server = server
         self.slots = slots
         self.poll_seconds = poll_seconds
-        self._handle: Any = None
+        self._handle: int | None = None
+
+    @property
+    def folder(self) -> str:
+        """The lock files' folder (checked and created by :meth:`acquire`)."""
+        return str(state_root() / self.name)
 
     def acquire(self, timeout: float = 600.0) -> None:
-        os.makedirs(self.folder, exist_ok=True)
+        """Hold a slot; LocalStateError if the lock folder is not this user's alone."""
+        folder = default_state_directory(self.name)
         deadline = time.monotonic() + timeout
         while True:
             for slot in range(self.slots):
-                handle = open(os.path.join(self.folder, f"{slot}.lock"), "a")  # noqa: SIM115
+                handle = open_private_file(folder / f"{slot}.lock", os.O_RDWR | os.O_CREAT)
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    handle.close()
+                    os.close(handle)
                     continue
                 self._handle = handle
                 return
@@ -195,7 +203,7 @@ class MachineSlots:
         if self._handle is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._handle, fcntl.LOCK_UN)
-            self._handle.close()
+            os.close(self._handle)
             self._handle = None
 
     @contextlib.contextmanager

@@ -19,6 +19,8 @@ the caller can do about it::
     │   └── LedgerFenceError                another streaming query owns this sink id
     ├── RetryableError                      transient: the RetryPolicy retries these
     │   └── SinkBackpressureError           the destination asked us to slow down
+    ├── LocalStateError                     a local state directory or file another user
+    │                                       could reach; nothing was read or written there
     └── MissingDependencyError (ImportError) a sink's optional extra is not installed
 
 Errors carry their details as attributes (``option``, ``value``, ``allowed``...) and
@@ -43,6 +45,7 @@ __all__ = [
     "GCSBucketNotFoundError",
     "InvalidFormatError",
     "LedgerFenceError",
+    "LocalStateError",
     "MissingDependencyError",
     "OptionError",
     "QuixSinksError",
@@ -251,6 +254,22 @@ class SinkBackpressureError(RetryableError):
             raise ValueError(f"retry_after must be >= 0, got {retry_after!r}")
         text = message or f"destination asked to retry after {retry_after:g} s"
         super().__init__(text, retry_after=retry_after)
+
+
+class LocalStateError(QuixSinksError):
+    """A directory or file for local state (the silence spool, connection slot locks) is
+    not this user's alone: a symbolic link, another owner, or access for group or others.
+    See :mod:`quixsinks.core.localstate`; the message says how to fix it.
+
+    Attributes:
+        path: the refused directory or file.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, message: str, *, path: str, reason: str) -> None:
+        super().__init__(message, path=path, reason=reason)
+        self.path = path
+        self.reason = reason
 
 
 class MissingDependencyError(QuixSinksError, ImportError):

@@ -277,7 +277,9 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
     shown = REDACTED if spec.secret else raw
     inner, optional = _unwrap_optional(hint)
     text = str(raw).strip()
-    if optional and text.lower() in ("", "none", "null"):
+    # "none"/"null" unset an optional option; a secret is taken as given (a password may
+    # well be "None"): only an empty one is unset
+    if optional and (raw == "" if spec.secret else text.lower() in ("", "none", "null")):
         return None
 
     def bad(expected: str, allowed: Any = None) -> OptionError:

@@ -20,9 +20,12 @@ from .datasource import QuixDataSource, data_source_for
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["BUILTIN_SINKS", "available_sinks", "load_data_source", "register"]
+__all__ = ["BUILTIN_SINKS", "available_sinks", "load_data_source", "register", "registered_sink"]
 
 logger = logging.getLogger("quixsinks.registry")
+
+#: format name -> the sink class ``register`` registered under it in this process
+_REGISTERED: dict[str, type[Sink[Any, Any]]] = {}
 
 #: format name -> the module that Spark auto-registers it from (its ``DefaultSource``)
 BUILTIN_SINKS: dict[str, str] = {
@@ -57,6 +60,12 @@ def load_data_source(name: str) -> type[QuixDataSource]:
     data_source: type[QuixDataSource] = importlib.import_module(module_name).DefaultSource
     data_source.sink_class.check_dependencies()
     return data_source
+
+
+def registered_sink(name: str) -> type[Sink[Any, Any]] | None:
+    """The sink class :func:`register` registered under format ``name`` in this process
+    (e.g. for ``track`` to find a subclass's ``on_stream_timeout``), or None."""
+    return _REGISTERED.get(name)
 
 
 def available_sinks() -> dict[str, str | None]:
@@ -96,6 +105,7 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
             logger.info("sink %s not registered: %s", name, exc.message)
             continue
         spark.dataSource.register(data_source)
+        _REGISTERED[name] = data_source.sink_class
         registered.append(name)
     if "iceberg" in registered:  # a JVM Iceberg connector would own the name
         from quixsinks.sinks.iceberg.clash import warn_if_jvm_connector
@@ -106,5 +116,10 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
             data_source_for(item) if isinstance(item, type) and issubclass(item, Sink) else item
         )
         spark.dataSource.register(data_source)
+        sink_class = getattr(data_source, "sink_class", None)
+        if sink_class is not None:
+            _REGISTERED[data_source.name()] = sink_class
+        else:
+            _REGISTERED.pop(data_source.name(), None)
         registered.append(data_source.name())
     return registered

@@ -96,3 +96,23 @@ def test_sinks_lists_every_builtin_sink() -> None:
     code, out = run("sinks")
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()] == sorted(BUILTIN_SINKS)
+
+
+def test_iceberg_options_are_shown_with_catalog_properties_redacted(tmp_path: Path) -> None:
+    """iceberg's options show its catalog.* pass-through properties, which are no declared
+    option: the summary line lists them (credentials as ***) instead of failing."""
+    code, out = run(
+        "check",
+        "--format",
+        "iceberg",
+        "-o",
+        f"warehouse={tmp_path / 'warehouse'}",
+        "-o",
+        "table_name=db.t",
+        "-o",
+        "catalog.s3.secret-access-key=not-printed",
+    )
+    assert code == 0, out
+    assert "'catalog_properties': {'s3.secret-access-key': '***'}" in out
+    assert "not-printed" not in out
+    assert "result: ok (exactly-once)" in out

@@ -5,6 +5,7 @@ values, and per-key silence detection in a real streaming query."""
 from __future__ import annotations
 
 import json
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -268,7 +269,8 @@ def test_silent_keys_fire_once_while_the_query_runs_and_when_all_input_stops(
 ) -> None:
     """Keys a and b; a stops: a's callback fires once within timeout + interval, b's never;
     then all input stops: b fires once too. The callback runs in this (the driver)
-    process, named by import path in the options."""
+    process, named by import path in the options, which track() reads from the query
+    object here (never from the spool file, which is private: 0600)."""
     silence_callbacks.FIRED.clear()
     timeout_ms = 10_000  # well above a micro-batch (see "Limits" in the docs page)
     source = tmp_path / "in"
@@ -301,6 +303,8 @@ def test_silent_keys_fire_once_while_the_query_runs_and_when_all_input_stops(
         while not spool.exists() and time.time() < deadline:
             time.sleep(0.1)
         assert spool.exists(), f"no commit in 180 s: {query.exception()}"
+        assert stat.S_IMODE(spool.stat().st_mode) == 0o600  # it holds the record keys
+        assert "on_stream_timeout" not in json.loads(spool.read_text())
         drop(1, ["a", "b"])
 
         def seen(key: str) -> float | None:

@@ -18,6 +18,7 @@ from quixsinks.core.errors import (
     DestinationError,
     DestinationNotFoundError,
     InvalidFormatError,
+    LocalStateError,
     MissingDependencyError,
     OptionError,
     QuixSinksError,
@@ -47,6 +48,10 @@ EXAMPLES: list[tuple[QuixSinksError, dict[str, Any]]] = [
     (SinkBackpressureError(2.5), {"retry_after": 2.5}),
     (SinkBackpressureError(0.0, "slow down please"), {"retry_after": 0.0}),
     (MissingDependencyError("redis", "redis"), {"extra": "redis"}),
+    (
+        LocalStateError("refused", path="/tmp/x", reason="a symbolic link"),
+        {"path": "/tmp/x", "reason": "a symbolic link"},
+    ),
 ]
 IDS = [f"{type(e).__name__}-{i}" for i, (e, _) in enumerate(EXAMPLES)]
 

@@ -191,6 +191,34 @@ def test_optional_option_can_be_unset(text: str) -> None:
     assert parse(label=text).label is None
 
 
+@pytest.mark.parametrize("text", ["None", "none", "null", "NULL", " None ", "  "])
+def test_a_secret_that_reads_none_is_kept_as_given(text: str) -> None:
+    assert parse(token=text).token == text
+
+
+@pytest.mark.parametrize("text", ["None", "null"])
+def test_a_secret_from_the_environment_that_reads_none_is_kept(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("X_TOKEN", text)
+    assert parse().token == text
+
+
+def test_an_empty_secret_is_unset() -> None:
+    assert parse(token="").token is None
+
+
+@pytest.mark.parametrize("text", ["None", "null"])
+def test_a_sink_password_that_reads_none_is_a_password(text: str) -> None:
+    from quixsinks.sinks.postgresql.options import PostgreSQLOptions
+
+    options = PostgreSQLOptions.from_options(
+        {"dbname": "db", "table_name": "t", "password": text, "key_column": "none"}
+    )
+    assert options.password == text
+    assert options.key_column == "none"  # outside secrets, "none" keeps its meaning
+
+
 def test_required_string_cannot_be_empty() -> None:
     error = parse_error({"path": " "})
     assert error.option == "path"

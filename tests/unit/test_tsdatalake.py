@@ -4,7 +4,13 @@ with an injected clock."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import stat
+import tempfile
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -12,13 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quixsinks.core.errors import OptionError, RecordError
-from quixsinks.sinks.tsdatalake import TSDataLakeOptions
+from quixsinks.core.errors import LocalStateError, OptionError, RecordError
+from quixsinks.sinks.tsdatalake import TSDataLakeOptions, TSDataLakeSink, track
 from quixsinks.sinks.tsdatalake.catalog import _time_value, _typed, expand, spec_fields
 from quixsinks.sinks.tsdatalake.layout import NULL_PARTITION, Layout
 from quixsinks.sinks.tsdatalake.silence import (
     SilenceSpool,
     SilenceWatcher,
+    _callback_of,
     decode_key,
     encode_key,
 )
@@ -194,6 +201,262 @@ def test_without_a_callback_nothing_is_tracked(tmp_path: Path) -> None:
     watcher = SilenceWatcher("q4", directory=str(tmp_path), since_ms=0)
     assert watcher.poll() == 0
     assert watcher.tracker is None
+
+
+# ----------------------------------------------------------------------------- hostile spools
+# Another local user plants spool files and directories; the spool names os:system and its
+# key is a command. Nothing of it may ever run.
+
+OTHER_UID = 65534
+FIRED: list[Any] = []
+
+
+def remember(key: Any) -> None:
+    FIRED.append(key)
+
+
+def plant(directory: Path, marker: Path, query_id: str = "q5") -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    body = {
+        "stream_timeout_ms": 1000,
+        "stream_timeout_state": "persisted",
+        "on_stream_timeout": "os:system",
+        "sink_class": "os:system",
+        "keys": [[encode_key(f"touch {marker}"), Clock().now]],
+    }
+    (directory / f"{query_id}.json").write_text(json.dumps(body))
+
+
+def run_watcher(watcher: SilenceWatcher, clock: Clock) -> None:
+    """Poll once, then let a tracker (if any) find every key silent."""
+    watcher.poll()
+    if watcher.tracker is not None:
+        watcher.tracker.stop()
+        clock.now += 1500  # silent past the timeout, not yet past the TTL sweep
+        watcher.tracker.check_now()
+
+
+def hostile_directory(kind: str, tmp_path: Path) -> Path:
+    """A spool directory another user controls, holding a spool that names os:system."""
+    spool = tmp_path / "spool"
+    if kind == "symlink":
+        plant(tmp_path / "attacker", tmp_path / "marker")
+        os.chmod(tmp_path / "attacker", 0o777)
+        spool.symlink_to(tmp_path / "attacker")
+    elif kind == "world-writable":
+        plant(spool, tmp_path / "marker")
+        os.chmod(spool, 0o777)
+    else:
+        plant(spool, tmp_path / "marker")
+        os.chmod(spool, 0o700)
+        os.chown(spool, OTHER_UID, OTHER_UID)
+    return spool
+
+
+HOSTILE = ["symlink", "world-writable", "other-owner"]
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_hostile_spool_directory_is_refused_and_nothing_runs(kind: str, tmp_path: Path) -> None:
+    spool = hostile_directory(kind, tmp_path)
+    clock = Clock()
+    watcher = SilenceWatcher(
+        "q5", find_callback=lambda: None, directory=str(spool), since_ms=0, clock=clock
+    )
+    with pytest.raises(LocalStateError) as caught:
+        watcher.start()
+    assert caught.value.path == str(spool)
+    assert "stream_timeout_dir" in caught.value.message
+    with pytest.raises(LocalStateError):
+        run_watcher(watcher, clock)
+    assert watcher.tracker is None
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_commit_never_writes_keys_into_a_hostile_spool_directory(
+    kind: str, tmp_path: Path
+) -> None:
+    spool = hostile_directory(kind, tmp_path)
+    with pytest.raises(LocalStateError):
+        SilenceSpool("q5", str(spool)).record([("secret-key", 0)], config=CONFIG, now_ms=0)
+    target = spool / "q5.json"
+    assert "secret-key" not in (target.read_text() if target.exists() else "")
+
+
+def test_a_sink_refuses_a_hostile_spool_directory_before_any_data_moves(tmp_path: Path) -> None:
+    spool = hostile_directory("world-writable", tmp_path)
+    options = TSDataLakeOptions.from_options(
+        {
+            "path": str(tmp_path / "lake"),
+            "table_name": "t",
+            "stream_timeout_ms": "1000",
+            "on_stream_timeout": "tests.unit.test_tsdatalake:remember",
+            "stream_timeout_dir": str(spool),
+        }
+    )
+    with pytest.raises(LocalStateError, match="stream_timeout_dir"):
+        TSDataLakeSink(options).preflight()
+
+
+def test_a_hostile_default_spool_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user pre-creates <tmp>/quixsinks-<uid>/silence with a spool in it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / f"quixsinks-{os.geteuid()}"
+    plant(root / "silence", tmp_path / "marker")
+    os.chmod(root, 0o777)
+    os.chown(root, OTHER_UID, OTHER_UID)
+    clock = Clock()
+    watcher = SilenceWatcher("q5", on_stream_timeout=remember, since_ms=0, clock=clock)
+    assert watcher.spool.path == root / "silence" / "q5.json"
+    with pytest.raises(LocalStateError, match="TMPDIR"):
+        watcher.start()
+    with pytest.raises(LocalStateError):
+        run_watcher(watcher, clock)
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("user_callback", [None, remember], ids=["no-callback", "user-callback"])
+def test_a_callback_named_by_a_spool_file_is_never_loaded(
+    user_callback: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Even in a private directory (e.g. a spool left by an older release): only the
+    callback from this process runs, with the key as data."""
+    FIRED.clear()
+    plant(tmp_path / "spool", tmp_path / "marker")
+    os.chmod(tmp_path / "spool", 0o700)
+    clock = Clock()
+    watcher = SilenceWatcher(
+        "q5",
+        on_stream_timeout=user_callback,
+        find_callback=lambda: None,
+        directory=str(tmp_path / "spool"),
+        since_ms=0,
+        clock=clock,
+    )
+    run_watcher(watcher, clock)
+    assert not (tmp_path / "marker").exists()
+    assert "names a callback (on_stream_timeout, sink_class); ignored" in caplog.text
+    expected = [f"touch {tmp_path / 'marker'}"] if user_callback else []
+    assert expected == FIRED
+
+
+@pytest.mark.parametrize("kind", ["symlink", "other-owner"])
+def test_a_hostile_spool_file_in_a_private_directory_is_ignored(kind: str, tmp_path: Path) -> None:
+    FIRED.clear()
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o700)
+    now = Clock().now
+    SilenceSpool("q5", str(tmp_path / "attacker")).record(
+        [("planted", now)], config={**CONFIG, "stream_timeout_state": "persisted"}, now_ms=now
+    )
+    if kind == "symlink":
+        (spool / "q5.json").symlink_to(tmp_path / "attacker" / "q5.json")
+    else:
+        os.replace(tmp_path / "attacker" / "q5.json", spool / "q5.json")
+        os.chown(spool / "q5.json", OTHER_UID, OTHER_UID)
+    clock = Clock()
+    watcher = SilenceWatcher(
+        "q5", on_stream_timeout=remember, directory=str(spool), since_ms=0, clock=clock
+    )
+    run_watcher(watcher, clock)
+    assert (watcher.tracker, FIRED) == (None, [])
+
+
+def test_the_spool_file_is_private_and_names_no_callback(tmp_path: Path) -> None:
+    """It holds record keys (Kafka keys): 0600 in a 0700 directory, whatever the umask."""
+    old = os.umask(0)
+    try:
+        spool = SilenceSpool("q6", str(tmp_path / "spool"))
+        spool.record(
+            [(b"kafka-key", 0)],
+            config={**CONFIG, "on_stream_timeout": "os:system", "sink_class": "os:system"},
+            now_ms=0,
+        )
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(spool.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "spool").st_mode) == 0o700
+    state = spool.read() or {}
+    assert "on_stream_timeout" not in state
+    assert "sink_class" not in state
+    assert [decode_key(k) for k, _ in state["keys"]] == [b"kafka-key"]
+
+
+def test_a_query_id_that_is_a_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a streaming query id"):
+        SilenceSpool("../../etc/x", str(tmp_path))
+
+
+# ------------------------------------------------------------- the callback, from this process
+
+
+class _JavaIterator:
+    def __init__(self, pairs: dict[str, str]) -> None:
+        self.items = list(pairs.items())
+
+    def hasNext(self) -> bool:  # py4j's Scala iterator
+        return bool(self.items)
+
+    def next(self) -> Any:
+        key, value = self.items.pop(0)
+        return SimpleNamespace(_1=lambda: key, _2=lambda: value)
+
+
+class FakeQuery:
+    """A classic StreamingQuery as track() sees it through py4j: its sink's name and the
+    options the user started it with."""
+
+    def __init__(self, name: str, options: dict[str, str], query_id: str = "q7") -> None:
+        self.id = query_id
+        self.isActive = True
+        plan = SimpleNamespace(
+            writeOptions=lambda: SimpleNamespace(iterator=lambda: _JavaIterator(options))
+        )
+        execution = SimpleNamespace(
+            sink=lambda: SimpleNamespace(name=lambda: name), logicalPlan=lambda: plan
+        )
+        self._jsq = SimpleNamespace(streamingQuery=lambda: execution)
+
+
+def test_the_callback_is_the_one_the_query_options_name() -> None:
+    query = FakeQuery("tsdatalake", {"onStreamTimeout": "tests.unit.test_tsdatalake:remember"})
+    assert _callback_of(query) is remember
+
+
+def test_the_callback_is_the_registered_subclass_attribute(monkeypatch: pytest.MonkeyPatch) -> None:
+    from quixsinks.spark import registry
+
+    class AlertingLake(TSDataLakeSink):
+        name = "alerting_lake"
+        on_stream_timeout = staticmethod(remember)
+
+    monkeypatch.setitem(registry._REGISTERED, "alerting_lake", AlertingLake)
+    assert _callback_of(FakeQuery("alerting_lake", {})) is remember
+    assert _callback_of(FakeQuery("other_lake", {})) is None
+
+
+def test_without_a_jvm_query_no_callback_is_found() -> None:
+    """Spark Connect: the client cannot see the options; track() needs the callback."""
+    assert _callback_of(SimpleNamespace(id="q8", isActive=True)) is None
+
+
+def test_track_fires_the_callback_of_the_query_options(tmp_path: Path) -> None:
+    FIRED.clear()
+    spool = SilenceSpool("q7", str(tmp_path / "spool"))
+    config = {"stream_timeout_ms": 200, "stream_timeout_state": "persisted"}
+    spool.record([("k", int(time.time() * 1000))], config=config)
+    query = FakeQuery("tsdatalake", {"on_stream_timeout": "tests.unit.test_tsdatalake:remember"})
+    watcher = track(query, directory=str(tmp_path / "spool"))
+    try:
+        deadline = time.time() + 10
+        while not FIRED and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+    assert FIRED == ["k"]
 
 
 # ----------------------------------------------------------------------------- catalog spec

@@ -108,7 +108,8 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
     stream_timeout_dir: str | None = option(
         None,
         doc="Local directory (on the driver host) where commits leave per-key last-seen "
-        "times for the watcher; default: <tmp>/quixsinks-silence",
+        "times for the watcher; default: <tmp>/quixsinks-<uid>/silence; refused unless "
+        "private to the user (see the Security page)",
     )
 
     def validate(self) -> None:

@@ -108,7 +108,9 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
 
     @property
     def silence_callback_source(self) -> dict[str, str] | None:
-        """Where the watcher finds the callback, or None when silence detection is off."""
+        """What names the callback (the option, or this subclass), or None when silence
+        detection is off. Only for this check and the commit's decision to record keys: the
+        watcher finds the callback in the user's process (see :func:`.silence.track`)."""
         opts = self.options
         if not opts.silence_enabled:
             return None
@@ -226,6 +228,8 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         self._check_layout()
         if self.options.catalog_url:
             self.catalog().check(self.catalog_rows)
+        if self.silence_callback_source is not None:  # refused before any data moves
+            SilenceSpool.directory_for(self.options.stream_timeout_dir)
 
     def catalog(self) -> CatalogTable:
         """The Iceberg table the files are registered in (``catalog_url``)."""
@@ -420,7 +424,6 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     "stream_timeout_state": self.options.stream_timeout_state,
                     "sink_id": context.sink_id,
                     "table": self.options.table_name,
-                    **source,
                 },
             )
 
