@@ -61,15 +61,31 @@ def _ensure_logging() -> None:
     Spark plans and commits Python data sources in worker processes whose logging the
     user cannot configure; without this the per-batch INFO line would be lost. The
     level is ``QUIXSINKS_LOG_LEVEL`` (default INFO). A process that configured logging
-    itself (a handler on the root or the quixsinks logger) is left alone.
+    itself (a handler on the root or the quixsinks logger) is left alone. Spark's own
+    Python worker logging (``spark.sql.pyspark.worker.logging.enabled``) puts a handler on
+    the root logger while a worker runs our code: then only the level is set, and the
+    lines go to Spark's ``python_worker_logs`` table (the root's WARNING would drop them).
     """
     package_logger = logging.getLogger("quixsinks")
-    if package_logger.handlers or logging.getLogger().handlers:
+    if package_logger.handlers:
         return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    package_logger.addHandler(handler)
+    root_handlers = logging.getLogger().handlers
+    if root_handlers and not all(_spark_worker_logging(h) for h in root_handlers):
+        return
+    if not root_handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package_logger.addHandler(handler)
     package_logger.setLevel(os.environ.get("QUIXSINKS_LOG_LEVEL", "INFO").upper())
+
+
+def _spark_worker_logging(handler: logging.Handler) -> bool:
+    """Whether ``handler`` is the one Spark's Python worker logging puts on the root logger."""
+    try:
+        from pyspark.logger.worker_io import JSONFormatterWithMarker
+    except ImportError:  # a pyspark without worker logging
+        return False
+    return isinstance(handler.formatter, JSONFormatterWithMarker)
 
 
 @functools.cache
