@@ -20,6 +20,7 @@ from quixsinks.spark.datasource import (
     QuixDataSource,
     ReceiptMessage,
     SinkArrowWriter,
+    SinkStreamArrowWriter,
     data_source_for,
 )
 
@@ -118,28 +119,27 @@ def test_the_fence_names_keyed_batch_writes_as_such() -> None:
 # ----------------------------------------------------------------------------- the rerun
 
 
+def stage_and_commit(writer: SinkArrowWriter, content: bytes) -> None:
+    """The driver side of one keyed write of the file sink: one task's staged file."""
+    sink = writer.sink
+    assert isinstance(sink, FileSink)
+    context = WriteContext("orders", 7, 0, f"a-{content.hex()}", False, BATCH_WRITE_QUERY_ID)
+    name = "orders-0000000007-00000-0000.jsonl"
+    staged = sink.staging().stage(context, name, content, final_key=name, rows=1)
+    receipt = Receipt("orders", 7, 0, context.attempt_id, BATCH_WRITE_QUERY_ID, rows=1)
+    receipt.staged.append([staged])
+    writer.commit([ReceiptMessage(receipt)])
+
+
 def test_a_rerun_of_a_committed_key_publishes_nothing_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The driver side of two runs of one keyed write (the file sink): the second run's
-    staged file is discarded, the first run's file stays the only one."""
+    """Two runs of one keyed write: the second run's staged file is discarded, the first
+    run's file stays the only one."""
     out = tmp_path / "out"
 
     def run(content: bytes) -> None:
-        writer = batch_writer(tmp_path, sink_id="orders", batch_id="7")
-        context = WriteContext("orders", 7, 0, f"a-{content.decode()}", False, "batch-write")
-        sink = writer.sink
-        assert isinstance(sink, FileSink)
-        staged = sink.staging().stage(
-            context,
-            "orders-0000000007-00000-0000.jsonl",
-            content,
-            final_key="orders-0000000007-00000-0000.jsonl",
-            rows=1,
-        )
-        receipt = Receipt("orders", 7, 0, context.attempt_id, BATCH_WRITE_QUERY_ID, rows=1)
-        receipt.staged.append([staged])
-        writer.commit([ReceiptMessage(receipt)])
+        stage_and_commit(batch_writer(tmp_path, sink_id="orders", batch_id="7"), content)
 
     run(b'{"id": 1}\n')
     with caplog.at_level(logging.INFO, logger="quixsinks"):
@@ -149,3 +149,20 @@ def test_a_rerun_of_a_committed_key_publishes_nothing_and_says_so(
     assert (out / published[0]).read_bytes() == b'{"id": 1}\n'
     assert "batch 7 of sink id orders is in the ledger already" in caplog.text
     assert not [p for p in (out / "_quixsinks" / "staging").rglob("*") if p.is_file()]
+
+
+def test_a_streaming_query_and_keyed_batch_writes_sharing_a_sink_id_are_fenced(
+    tmp_path: Path,
+) -> None:
+    stream = source(tmp_path, sink_id="orders").streamWriter(SCHEMA, False)
+    assert isinstance(stream, SinkStreamArrowWriter)
+    receipt: Receipt[object] = Receipt("orders", 0, 0, "s0", query_id="6b0f1c2d-aaaa")
+    stream.commit([ReceiptMessage(receipt)], 0)
+
+    with pytest.raises(LedgerFenceError, match="belongs to streaming query 6b0f1c2d-aaaa"):
+        stage_and_commit(batch_writer(tmp_path, sink_id="orders", batch_id="7"), b"{}\n")
+    taken = batch_writer(
+        tmp_path, sink_id="orders", batch_id="7", takeover_query_id="6b0f1c2d-aaaa"
+    )
+    stage_and_commit(taken, b'{"id": 1}\n')
+    assert (tmp_path / "out" / "orders-0000000007-00000-0000.jsonl").exists()
