@@ -13,9 +13,10 @@ column: the first file to write a column fixes its type, later files are widened
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
 or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``, unless it is keyed
-(``sink_id`` and ``batch_id``: recorded in the ledger, a rerun publishes nothing). The prefix is the
-sink id, followed by the first 8 characters of the query id when an explicit ``sink_id``
-is set (so a query that takes a sink id over never reuses an old query's names). File
+(``sink_id`` and ``batch_id``: recorded in the ledger, a rerun publishes nothing). The
+prefix is the sink id, followed by the first 8 characters of the query id when an explicit
+``sink_id`` is set (so a query that takes a sink id over never reuses an old query's
+names; keyed batch writes use the bare sink id). File
 names are fixed by the micro-batch, so a replayed or retried micro-batch never leaves a
 duplicate or an orphan file (see quixsinks.core.publish for the protocol).
 """

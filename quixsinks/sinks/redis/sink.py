@@ -529,7 +529,7 @@ class RedisSink(Sink[RedisOptions, str]):
             )
         if not context.ledgered:  # an unkeyed batch write is never seen again: no ledger key
             self._redis_call(lambda: client.delete(keys[0]))
-        if committed:  # the script found the entry too (it alone decides): appended nothing
+        if committed:  # before the script, which found the entry too and appended nothing
             log_already_committed(context.sink_id, context.batch_id)
             return
         self.logger.info("batch %s: %s %s entries appended", context.batch_id, code, opts.data_type)
