@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .ledger import BATCH_WRITE_QUERY_ID
 from .records import RecordSchema
 
 if TYPE_CHECKING:
@@ -29,13 +30,15 @@ class WriteContext:
 
     Attributes:
         sink_id: stable id of the writing query (the streaming query id, the ``sink_id``
-            option, or a fresh id per batch write).
-        batch_id: the micro-batch id (0 for a batch write).
+            option, or a fresh id per batch write without the ``batch_id`` option).
+        batch_id: the micro-batch id (a batch write: the ``batch_id`` option, or 0).
         partition_id: the Spark partition.
         attempt_id: unique per task attempt (never reused, also across restarts).
         streaming: True in Structured Streaming.
         query_id: the streaming query id (the same across restarts from one checkpoint,
-            new with a new checkpoint); empty for a batch write.
+            new with a new checkpoint); a keyed batch write's is
+            :data:`~quixsinks.core.ledger.BATCH_WRITE_QUERY_ID`; empty for a batch write
+            without the key.
     """
 
     sink_id: str
@@ -44,6 +47,11 @@ class WriteContext:
     attempt_id: str = "0"
     streaming: bool = False
     query_id: str = ""
+
+    @property
+    def ledgered(self) -> bool:
+        """Whether the batch is recorded in the sink's fenced ledger (see :func:`ledgered`)."""
+        return ledgered(self.streaming, self.query_id)
 
     @property
     def name_prefix(self) -> str:
@@ -56,9 +64,20 @@ class WriteContext:
         return name_prefix(self.sink_id, self.query_id)
 
 
+def ledgered(streaming: bool, query_id: str) -> bool:
+    """Whether a batch is recorded in the sink's fenced ledger: a streaming micro-batch
+    (Spark replays it after a failure), or a keyed batch write (``sink_id`` and
+    ``batch_id`` set: the job may run it again). A batch write without the key is a new
+    write each time: it is never recognised again, so it keeps no ledger entry."""
+    return streaming or query_id == BATCH_WRITE_QUERY_ID
+
+
 def name_prefix(sink_id: str, query_id: str) -> str:
-    """See :attr:`WriteContext.name_prefix` (the driver computes it from its CommitContext)."""
-    if not query_id or query_id == sink_id:
+    """See :attr:`WriteContext.name_prefix` (the driver computes it from its CommitContext).
+
+    Keyed batch writes use the bare sink id: they are one writer, whose names never
+    collide with a streaming query's (``<sink id>-<query id>``)."""
+    if not query_id or query_id in (sink_id, BATCH_WRITE_QUERY_ID):
         return sink_id
     return f"{sink_id}-{query_id[:8]}"
 

@@ -196,10 +196,12 @@ class CommitError(QuixSinksError):
 
 
 class LedgerFenceError(CommitError):
-    """Another streaming query has written under this sink id: nothing was written.
+    """Another writer has written under this sink id: nothing was written.
 
     Batch ids restart at 0 with a new checkpoint, so the other query's ledger entries
-    must never be read as "this batch is committed already" (that would skip data).
+    must never be read as "this batch is committed already" (that would skip data). Keyed
+    batch writes (options ``sink_id`` and ``batch_id``) are one writer with the query id
+    ``batch-write``.
 
     Attributes:
         sink_id: the contested sink id.
@@ -208,14 +210,14 @@ class LedgerFenceError(CommitError):
     """
 
     def __init__(self, *, sink_id: str, owner_query_id: str, query_id: str) -> None:
-        owner = owner_query_id or "a batch write or an older quixsinks"
+        owner = _writer(owner_query_id) if owner_query_id else "a batch write or an older quixsinks"
         message = (
-            f"sink id {sink_id!r} belongs to streaming query {owner} (its ledger entries are in "
-            f"the destination), but this is query {query_id or '(none)'}: a new checkpoint, or "
-            "two queries sharing one sink_id. Nothing was written. Either give this query its "
-            f"own 'sink_id', or, if query {owner} will never run again, set option "
-            f"takeover_query_id={owner_query_id!r} to drop its ledger entries and take the "
-            "sink id over."
+            f"sink id {sink_id!r} belongs to {owner} (its ledger entries are in the "
+            f"destination), but this is {_writer(query_id) if query_id else 'query (none)'}: "
+            "a new checkpoint, or two writers sharing one sink_id. Nothing was written. Either "
+            f"give this writer its own 'sink_id', or, if {owner} will never run again, set "
+            f"option takeover_query_id={owner_query_id!r} to drop its ledger entries and take "
+            "the sink id over."
         )
         QuixSinksError.__init__(
             self,
@@ -227,6 +229,15 @@ class LedgerFenceError(CommitError):
         self.sink_id = sink_id
         self.owner_query_id = owner_query_id
         self.query_id = query_id
+
+
+def _writer(query_id: str) -> str:
+    """A ledger writer as a fence message names it."""
+    from .ledger import BATCH_WRITE_QUERY_ID  # the ledger module imports this one
+
+    if query_id == BATCH_WRITE_QUERY_ID:
+        return f"keyed batch writes (sink_id and batch_id; query id {query_id})"
+    return f"streaming query {query_id}"
 
 
 class RetryableError(QuixSinksError):

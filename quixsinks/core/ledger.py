@@ -14,6 +14,14 @@ any data moves, naming both query ids and the two ways out: a new ``sink_id``, o
 the sink id over. Without fencing a new checkpoint reusing a ``sink_id`` would silently
 skip its first batches: data loss.
 
+**Keyed batch writes.** A batch ``df.write`` with the options ``sink_id`` and ``batch_id``
+is recorded like a micro-batch: under (sink id, batch id), with the fixed query id
+:data:`BATCH_WRITE_QUERY_ID`. Running it again finds its entry and writes nothing, as
+Delta's ``txnAppId``/``txnVersion`` do. All keyed batch writes of a sink id are one
+writer to the fence: a streaming query and keyed batch writes sharing a sink id are
+fenced from each other. A batch write without the key has a fresh sink id per write and
+keeps no entry.
+
 A destination provides a :class:`LedgerStore`; :class:`Ledger` holds the rules, so every
 sink (and a custom one, see docs/custom-sinks.md) fences the same way.
 """
@@ -29,12 +37,14 @@ from dataclasses import dataclass
 from .errors import LedgerFenceError
 
 __all__ = [
+    "BATCH_WRITE_QUERY_ID",
     "DEFAULT_KEEP_BATCHES",
     "Ledger",
     "LedgerEntry",
     "LedgerStore",
     "check_sink_id",
     "fence_owners",
+    "log_already_committed",
 ]
 
 logger = logging.getLogger("quixsinks.ledger")
@@ -42,6 +52,12 @@ logger = logging.getLogger("quixsinks.ledger")
 #: Entries kept per sink id: at least as many batches as Spark may replay
 #: (``spark.sql.streaming.minBatchesToRetain``, default 100).
 DEFAULT_KEEP_BATCHES = 100
+
+#: The query id of every keyed batch write (options ``sink_id`` and ``batch_id``) in the
+#: ledger and the fence. Not a streaming query id (those are UUIDs), so a streaming query
+#: and keyed batch writes never share one; ``takeover_query_id=batch-write`` hands a sink
+#: id from keyed batch writes to a streaming query.
+BATCH_WRITE_QUERY_ID = "batch-write"
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -60,12 +76,24 @@ class LedgerEntry:
     Attributes:
         sink_id: the writer's stable id.
         batch_id: the micro-batch id.
-        query_id: the streaming query that committed it (``""`` for a batch write).
+        query_id: the streaming query that committed it (:data:`BATCH_WRITE_QUERY_ID` for
+            a keyed batch write, ``""`` for a batch write without the key).
     """
 
     sink_id: str
     batch_id: int
     query_id: str
+
+
+def log_already_committed(sink_id: str, batch_id: int, detail: str = "") -> None:
+    """The one INFO line of a batch its sink's ledger holds already: a replayed micro-batch,
+    or a keyed batch write run again. Nothing of it is written again."""
+    logger.info(
+        "batch %d of sink id %s is in the ledger already: skipped, nothing written again%s",
+        batch_id,
+        sink_id,
+        f" ({detail})" if detail else "",
+    )
 
 
 def fence_owners(

@@ -31,8 +31,9 @@ hand the sink id over (``takeover_query_id``).
 Readers of the plain directory may see a half-published batch for a moment, never a
 duplicate. ``abort`` deletes staged files, except those of a batch whose marker
 exists: that batch has been committed (Spark can call abort after a commit that
-raised late), and its replay will finish it. A failed batch ``df.write`` (never
-replayed) is rolled back instead: published files, marker and staging are removed.
+raised late), and its replay will finish it (a keyed batch write: its rerun). A failed
+batch ``df.write`` without the key (never seen again) is rolled back instead: published
+files, marker and staging are removed.
 
 In overwrite (complete) mode a committer that finds a newer batch of its sink id already
 committed is *superseded*: it publishes nothing and deletes nothing of the newer batch.
@@ -59,7 +60,14 @@ from typing import Any, BinaryIO
 from .batch import WriteContext
 from .destinations import Destination, LocalDestination
 from .errors import CommitError, DestinationError, DestinationNotFoundError, LedgerFenceError
-from .ledger import DEFAULT_KEEP_BATCHES, Ledger, LedgerEntry, LedgerStore, check_sink_id
+from .ledger import (
+    DEFAULT_KEEP_BATCHES,
+    Ledger,
+    LedgerEntry,
+    LedgerStore,
+    check_sink_id,
+    log_already_committed,
+)
 
 __all__ = ["AppendPublisher", "FilePublisher", "PublishResult", "StagedFile", "StagingArea"]
 
@@ -353,8 +361,9 @@ class FilePublisher:
                 never deleted by an older batch.
             replace_prefix: overwrite mode: delete every published file whose key starts
                 with this prefix (outside the state folder) before moving the new ones.
-            keep_ledger: keep the marker so a replay is recognised (streaming); a batch
-                write, which Spark never replays, drops it at the end.
+            keep_ledger: keep the marker so a replay is recognised (streaming, or a keyed
+                batch write); a batch write without the key, never seen again, drops it at
+                the end.
         """
         self.ledger.fence(sink_id, query_id)
         if self.store.owners(sink_id) != {query_id}:  # read once, cached: claim only if new
@@ -383,9 +392,7 @@ class FilePublisher:
                 )
             manifest = existing
             if not created:
-                logger.info(
-                    "sink %s batch %d: already committed, finishing its publish", sink_id, batch_id
-                )
+                log_already_committed(sink_id, batch_id)
         moves = [(src, dst) for src, dst in manifest["files"]]
         overwrite = manifest.get("replace_prefix") is not None  # as the winning commit said
         if overwrite:
@@ -463,16 +470,17 @@ class FilePublisher:
         self.destination.delete(doomed)
 
     def abort(
-        self, sink_id: str, batch_id: int, files: Sequence[StagedFile], *, streaming: bool = True
+        self, sink_id: str, batch_id: int, files: Sequence[StagedFile], *, ledgered: bool = True
     ) -> None:
         """Clean up after a failed batch.
 
-        Streaming: delete this attempt's staged files, unless the batch was committed (its
-        replay finishes it). A batch write is never replayed: roll it back whole (published
-        files of its manifest, marker, every attempt's staging).
+        Ledgered (streaming, or a keyed batch write): delete this attempt's staged files,
+        unless the batch was committed (its replay or rerun finishes it). A batch write
+        without the key is never seen again: roll it back whole (published files of its
+        manifest, marker, every attempt's staging).
         """
         marker = self.staging.marker_key(sink_id, batch_id)
-        if streaming:
+        if ledgered:
             if self.is_committed(sink_id, batch_id):
                 logger.warning(
                     "sink %s batch %d: abort after a commit that landed; keeping it",
@@ -598,6 +606,7 @@ class AppendPublisher:
                 entries[:] = [e for e in entries if e not in store.dropped]
             done = store.get(sink_id, batch_id)
             if done is not None:
+                log_already_committed(sink_id, batch_id)
                 self.staging.discard(sink_id, batch_id)
                 return PublishResult(files=0, already_committed=True)
             size = os.path.getsize(self.target) if os.path.exists(self.target) else 0

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import pyarrow as pa
 
 from .backpressure import RetryPolicy, RetryStats
-from .batch import SinkBatch, WriteContext
+from .batch import SinkBatch, WriteContext, ledgered
 from .errors import OptionError
 from .ledger import DEFAULT_KEEP_BATCHES, Ledger, LedgerStore, check_sink_id
 from .options import SinkOptions, option
@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 Guarantee = Literal["exactly-once", "effectively exactly-once", "at-least-once"]
+#: The largest ``batch_id`` option: integers up to 2**53 - 1 are exact in every ledger
+#: store (Redis' Lua numbers, JSON readers).
+MAX_BATCH_ID = 2**53 - 1
 StagedT = TypeVar("StagedT")
 OptionsT = TypeVar("OptionsT", bound="CommonOptions")
 R = TypeVar("R")
@@ -62,7 +65,15 @@ class CommonOptions(SinkOptions):
     sink_id: str | None = option(
         None,
         doc="Stable id of this writer in the destination's ledger; default: the streaming "
-        "query id (stable across restarts from a checkpoint)",
+        "query id (stable across restarts from a checkpoint); a batch write keeps one only "
+        "with batch_id",
+    )
+    batch_id: int | None = option(
+        None,
+        minimum=0,
+        doc="Batch writes only, with sink_id: the write's idempotency key, a number the job "
+        "sets; a write whose (sink_id, batch_id) the sink's ledger holds writes nothing; see "
+        "'Idempotent batch writes' in docs/index.md",
     )
     key_column: str = option(
         AUTO, doc="Column holding the record key; auto: `key` if present; none: no key"
@@ -98,6 +109,23 @@ class CommonOptions(SinkOptions):
                 check_sink_id(self.sink_id)
             except ValueError as exc:
                 raise OptionError(str(exc), option="sink_id", value=self.sink_id) from None
+        if self.batch_id is not None:
+            if self.sink_id is None:
+                raise OptionError(
+                    f"option 'batch_id' ({self.batch_id}) needs option 'sink_id': the ledger "
+                    "records a batch write under (sink_id, batch_id); set a sink_id that "
+                    "stays the same when the job runs again",
+                    option="batch_id",
+                    value=str(self.batch_id),
+                )
+            if self.batch_id > MAX_BATCH_ID:
+                raise OptionError(
+                    f"option 'batch_id' has value {self.batch_id}, expected at most "
+                    f"{MAX_BATCH_ID} (2**53 - 1)",
+                    option="batch_id",
+                    value=str(self.batch_id),
+                    allowed=f"0 to {MAX_BATCH_ID}",
+                )
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
@@ -150,16 +178,24 @@ class CommitContext:
 
     Attributes:
         sink_id: the writer's stable id (see ``WriteContext.sink_id``).
-        batch_id: the micro-batch id (0 for a batch write).
-        streaming: True in Structured Streaming (a batch write is never replayed).
+        batch_id: the micro-batch id (a batch write: the ``batch_id`` option, or 0).
+        streaming: True in Structured Streaming (Spark replays a failed micro-batch).
         query_id: the streaming query id, carried from the tasks in their receipts
-            (empty for a batch write); ledger entries are fenced by it.
+            (a keyed batch write: :data:`~quixsinks.core.ledger.BATCH_WRITE_QUERY_ID`;
+            empty for a batch write without the key); ledger entries are fenced by it.
     """
 
     sink_id: str
     batch_id: int
     streaming: bool
     query_id: str = ""
+
+    @property
+    def ledgered(self) -> bool:
+        """Whether the batch is recorded in the sink's fenced ledger: streaming, or a keyed
+        batch write (``sink_id`` and ``batch_id`` set). Sinks decide "ledger or not" on
+        this, and on ``streaming`` only where a message speaks of restarting a query."""
+        return ledgered(self.streaming, self.query_id)
 
 
 class Task:
@@ -300,7 +336,8 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
         """Open what the task needs (keep it on ``task``). Once per task, before any write."""
 
     def check_fence(self, task: Task) -> None:
-        """Fail before any data moves when another query owns the sink id (streaming only).
+        """Fail before any data moves when another query owns the sink id (ledgered writes
+        only: streaming, or a keyed batch write).
 
         Sinks with a fenced ledger read it here (``Ledger.check``); the default does nothing.
         """

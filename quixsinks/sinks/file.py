@@ -12,9 +12,11 @@ column: the first file to write a column fixes its type, later files are widened
 (nulls, int64 into float64) or fail with a RecordError (see quixsinks.core.column_types).
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
-or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``. The prefix is the
-sink id, followed by the first 8 characters of the query id when an explicit ``sink_id``
-is set (so a query that takes a sink id over never reuses an old query's names). File
+or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``, unless it is keyed
+(``sink_id`` and ``batch_id``: recorded in the ledger, a rerun publishes nothing). The
+prefix is the sink id, followed by the first 8 characters of the query id when an explicit
+``sink_id`` is set (so a query that takes a sink id over never reuses an old query's
+names; keyed batch writes use the bare sink id). File
 names are fixed by the micro-batch, so a replayed or retried micro-batch never leaves a
 duplicate or an orphan file (see quixsinks.core.publish for the protocol).
 """
@@ -248,7 +250,7 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             query_id=context.query_id,
             replace_prefix="" if self.overwrite else None,
             name_prefix=name_prefix(context.sink_id, context.query_id),
-            keep_ledger=context.streaming,
+            keep_ledger=context.ledgered,
         )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[list[StagedFile]]]) -> None:
@@ -257,5 +259,5 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             self._appender(context.sink_id).abort(context.sink_id, context.batch_id, files)
         else:
             FilePublisher(self.staging()).abort(
-                context.sink_id, context.batch_id, files, streaming=context.streaming
+                context.sink_id, context.batch_id, files, ledgered=context.ledgered
             )

@@ -11,6 +11,11 @@ Facts of the Spark API honoured here (DESIGN.md): the DataSource and its stream 
 are built several times per micro-batch and the committing writer is a new object, so
 nothing here does I/O except the once-per-process preflight; the micro-batch id and
 query id are read from the task's local properties and travel in receipts.
+
+A batch write with the options ``sink_id`` and ``batch_id`` (a *keyed* batch write) gets
+that sink id and batch id and the query id ``batch-write`` (``BATCH_WRITE_QUERY_ID``), so
+the sink records it in its fenced ledger as it records a micro-batch, and a rerun of it
+writes nothing. Without the key a batch write gets a fresh ``write-<uuid>`` sink id.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pyspark.sql.types import StructType
 
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
+from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 __all__ = ["QuixDataSource", "ReceiptMessage", "data_source_for"]
@@ -61,15 +67,31 @@ def _ensure_logging() -> None:
     Spark plans and commits Python data sources in worker processes whose logging the
     user cannot configure; without this the per-batch INFO line would be lost. The
     level is ``QUIXSINKS_LOG_LEVEL`` (default INFO). A process that configured logging
-    itself (a handler on the root or the quixsinks logger) is left alone.
+    itself (a handler on the root or the quixsinks logger) is left alone. Spark's own
+    Python worker logging (``spark.sql.pyspark.worker.logging.enabled``) puts a handler on
+    the root logger while a worker runs our code: then only the level is set, and the
+    lines go to Spark's ``python_worker_logs`` table (the root's WARNING would drop them).
     """
     package_logger = logging.getLogger("quixsinks")
-    if package_logger.handlers or logging.getLogger().handlers:
+    if package_logger.handlers:
         return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    package_logger.addHandler(handler)
+    root_handlers = logging.getLogger().handlers
+    if root_handlers and not all(_spark_worker_logging(h) for h in root_handlers):
+        return
+    if not root_handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package_logger.addHandler(handler)
     package_logger.setLevel(os.environ.get("QUIXSINKS_LOG_LEVEL", "INFO").upper())
+
+
+def _spark_worker_logging(handler: logging.Handler) -> bool:
+    """Whether ``handler`` is the one Spark's Python worker logging puts on the root logger."""
+    try:
+        from pyspark.logger.worker_io import JSONFormatterWithMarker
+    except ImportError:  # a pyspark without worker logging
+        return False
+    return isinstance(handler.formatter, JSONFormatterWithMarker)
 
 
 @functools.cache
@@ -102,15 +124,23 @@ class QuixDataSource(DataSource):
         return cls.sink_class.name
 
     def writer(self, schema: StructType, overwrite: bool) -> SinkArrowWriter:
-        return SinkArrowWriter(self._plan(schema, overwrite))
+        return SinkArrowWriter(self._plan(schema, overwrite, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamArrowWriter:
-        return SinkStreamArrowWriter(self._plan(schema, overwrite))
+        return SinkStreamArrowWriter(self._plan(schema, overwrite, streaming=True))
 
-    def _plan(self, schema: StructType, overwrite: bool) -> Sink[Any, Any]:
+    def _plan(self, schema: StructType, overwrite: bool, *, streaming: bool) -> Sink[Any, Any]:
         cls = self.sink_class
         cls.check_dependencies()
         options = cls.options_class.from_options(self.options)
+        if streaming and options.batch_id is not None:
+            raise OptionError(
+                f"{cls.name}: option 'batch_id' is for batch writes (df.write); each "
+                "micro-batch of a streaming query has its own batch id, recorded under the "
+                "query's sink id: remove 'batch_id'",
+                option="batch_id",
+                value=str(options.batch_id),
+            )
         if overwrite and not cls.supports_overwrite:
             raise OptionError(
                 f"{cls.name}: overwrite is not supported (save mode 'overwrite' or output mode "
@@ -164,7 +194,8 @@ class _SinkWriter:
         partition = task.partitionId() if task else 0
         attempt = f"{partition:05d}-{task.attemptNumber() if task else 0}-{uuid.uuid4().hex[:12]}"
         if not self.streaming:
-            return WriteContext(self._batch_sink_id(), 0, partition, attempt, False)
+            key = self._batch_write()
+            return WriteContext(key.sink_id, key.batch_id, partition, attempt, False, key.query_id)
         batch_text = task.getLocalProperty(_BATCH_ID_PROPERTY) if task else None
         query_id = task.getLocalProperty(_QUERY_ID_PROPERTY) if task else None
         if batch_text is None or not query_id:
@@ -175,8 +206,13 @@ class _SinkWriter:
         sink_id = self.sink.options.sink_id or query_id
         return WriteContext(sink_id, int(batch_text), partition, attempt, True, query_id)
 
-    def _batch_sink_id(self) -> str:
-        return f"write-{self.write_id}"
+    def _batch_write(self) -> CommitContext:
+        """Sink id, batch id and query id of a batch write: the user's key, recorded in the
+        ledger under BATCH_WRITE_QUERY_ID; without it a fresh sink id, batch 0, no query."""
+        options = self.sink.options
+        if options.sink_id is not None and options.batch_id is not None:
+            return CommitContext(options.sink_id, options.batch_id, False, BATCH_WRITE_QUERY_ID)
+        return CommitContext(f"write-{self.write_id}", 0, False)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         _ensure_logging()
@@ -194,7 +230,7 @@ class _SinkWriter:
         assert sink.records is not None, "prepare() runs on the driver before any task"
         try:
             sink.setup(task)
-            if context.streaming:
+            if context.ledgered:
                 sink.check_fence(task)  # before any data moves
             for table in _bounded_tables(iterator, sink.options.max_batch_bytes):
                 batch = SinkBatch(table, sink.records, context, task.counters, task=task)
@@ -224,7 +260,7 @@ class _SinkWriter:
         to commit, and nothing may be recorded under a made-up id.
         """
         if not self.streaming:
-            return CommitContext(self._batch_sink_id(), 0, False)
+            return self._batch_write()
         if not receipts:
             return None
         first = receipts[0]

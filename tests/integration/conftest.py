@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -73,3 +73,21 @@ def spark_connect() -> Iterator[SparkConnectServer]:
     directory with quixsinks installed as users install it (tests/services/spark_cluster.py)."""
     with SparkConnectServer() as server:
         yield server
+
+
+@pytest.fixture
+def worker_logs(spark: Any) -> Iterator[Callable[[str], int]]:
+    """Spark's Python worker logging on for the test; the fixture counts the log lines of
+    Python workers (quixsinks' commits included) that contain a text."""
+    from pyspark.sql import functions as F
+
+    key = "spark.sql.pyspark.worker.logging.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "true")
+
+    def count(text: str) -> int:
+        logs = spark.tvf.python_worker_logs()
+        return int(logs.where(F.col("msg").contains(text)).count())
+
+    yield count
+    spark.conf.set(key, before)

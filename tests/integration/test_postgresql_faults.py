@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,62 @@ def test_a_lost_staging_commit_ack_stages_nothing_twice_in_a_batch_write(
     write(df, pg, table_name="events", retry_backoff_seconds="0.05")
     assert proxy.lost == 1
     assert ids(pg) == list(range(10_000))
+
+
+def test_a_lost_commit_ack_fails_a_keyed_batch_write_whose_rerun_writes_nothing(
+    spark: Any, proxied: tuple[dict[str, Any], LostAckProxy], worker_logs: Callable[[str], int]
+) -> None:
+    """The driver's COMMIT (it follows the DROP TABLE of the staging tables) lands and its
+    answer is lost; the commit is not retried (retry_max_attempts=1), so the write fails as
+    if the driver had died. Run again with the same key, it finds its ledger row: every
+    row once."""
+    pg, proxy = proxied
+    proxy.lose_reply_to(PG_COMMIT, after=b"DROP TABLE")
+    df = spark.range(10_000).repartition(2)
+    sink_id = f"nightly-{uuid.uuid4().hex[:8]}"  # names this test's log lines
+    key = {"sink_id": sink_id, "batch_id": "7", "retry_max_attempts": "1"}
+    with pytest.raises(Exception, match=r"connection|closed|terminated"):
+        write(df, pg, table_name="events", **key)
+    assert proxy.lost == 1
+    assert ids(pg) == list(range(10_000))  # it landed
+
+    write(df, pg, table_name="events", **key)
+    assert ids(pg) == list(range(10_000))
+    assert worker_logs(f"batch 7 of sink id {sink_id} is in the ledger already") == 1
+
+
+def test_a_lost_commit_ack_of_a_keyed_batch_write_is_retried_into_its_ledger_row(
+    spark: Any, proxied: tuple[dict[str, Any], LostAckProxy], worker_logs: Callable[[str], int]
+) -> None:
+    """With retries (the default) the commit of a keyed batch write is idempotent, like a
+    micro-batch's: the retry finds the ledger row the lost COMMIT wrote, and the write
+    succeeds with every row once."""
+    pg, proxy = proxied
+    proxy.lose_reply_to(PG_COMMIT, after=b"DROP TABLE")
+    df = spark.range(10_000).repartition(2)
+    sink_id = f"nightly-{uuid.uuid4().hex[:8]}"
+    write(df, pg, table_name="events", sink_id=sink_id, batch_id="7")
+    assert proxy.lost == 1
+    assert ids(pg) == list(range(10_000))
+    assert worker_logs(f"batch 7 of sink id {sink_id} is in the ledger already") == 1
+
+
+def test_without_the_key_a_lost_commit_ack_fails_a_landed_write_and_a_rerun_duplicates(
+    spark: Any, proxied: tuple[dict[str, Any], LostAckProxy]
+) -> None:
+    """Why batch writes have a key: without one the driver cannot tell a lost answer from
+    a failed COMMIT. The write fails although its rows are there, once, and running it
+    again writes every row a second time."""
+    pg, proxy = proxied
+    proxy.lose_reply_to(PG_COMMIT, after=b"DROP TABLE")
+    df = spark.range(10_000).repartition(2)
+    with pytest.raises(Exception, match=r"connection|closed|terminated"):
+        write(df, pg, table_name="events")
+    assert proxy.lost == 1
+    assert ids(pg) == list(range(10_000))
+
+    write(df, pg, table_name="events")
+    assert ids(pg) == sorted(list(range(10_000)) * 2)
 
 
 def test_a_lost_staging_commit_ack_stages_nothing_twice_in_a_stream(

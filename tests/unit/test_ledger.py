@@ -240,7 +240,7 @@ def test_a_failed_batch_write_is_rolled_back_whole(area: StagingArea, tmp_path: 
     manifest["files"] = [[f.staging_key, f.final_key] for f in files]
     area.destination.create_exclusive(marker, json.dumps(manifest).encode())
     area.destination.move(files[0].staging_key, files[0].final_key)  # the commit died here
-    publisher.abort(sink, 0, files, streaming=False)
+    publisher.abort(sink, 0, files, ledgered=False)
     assert published(tmp_path) == []
     assert area.destination.list("_quixsinks") == []
     assert not area.destination.exists(failed_attempt.staging_key)

@@ -44,7 +44,7 @@ from quixsinks.core.errors import (
     QuixSinksError,
     RecordError,
 )
-from quixsinks.core.ledger import LedgerEntry, fence_owners
+from quixsinks.core.ledger import LedgerEntry, fence_owners, log_already_committed
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .client import clients, describe, import_bigquery, translate
@@ -428,7 +428,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
             )
             entries = [e for e in entries if e.query_id != dropped]
         if any(e.batch_id == batch_id for e in entries):
-            self.logger.info("batch %d of %s is in the ledger already: skipped", batch_id, sink_id)
+            log_already_committed(sink_id, batch_id)
             self._clean_staging_after_commit(context)
             return
         self._commit_streams(self._staging_id, streams)
@@ -479,7 +479,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
             f"({sink}, {batch}, {query}, CURRENT_TIMESTAMP());"
         )
         keep = self.options.ledger_keep_batches
-        if context.streaming and batch - keep > 0:
+        if context.ledgered and batch - keep > 0:
             body.append(
                 f"DELETE FROM {ledger} WHERE sink_id = {sink} AND batch_id < {batch - keep};"
             )
@@ -527,7 +527,8 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
 
     def _clean_staging(self, context: CommitContext) -> None:
         """Delete the batch's staging rows (every attempt's), stale ones of any query, and
-        a batch write's ledger row (it only made a retried commit idempotent)."""
+        the ledger row of a batch write without the key (it only made a retried commit
+        idempotent)."""
         prefix = f"{name_prefix(context.sink_id, context.query_id)}/{context.batch_id}/"
         seconds = int(self.options.staging_max_age_hours * 3600)
         self._query(
@@ -536,7 +537,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
             f"{quote(STAGED_AT_COLUMN)} < TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL "
             f"{seconds} SECOND)"
         )
-        if not context.streaming:
+        if not context.ledgered:
             self._query(
                 f"DELETE FROM {self._sql_table(self._ledger_id)} WHERE sink_id = "
                 f"{_literal(context.sink_id)}"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quixsinks.core.errors import CommitError, QuixSinksError
-from quixsinks.core.ledger import Ledger
+from quixsinks.core.ledger import Ledger, log_already_committed
 from quixsinks.core.sink import CommitContext
 
 from .ledger import SnapshotLedgerStore, summary_properties
@@ -81,14 +81,7 @@ def append_once(
         table = load_table()
         store = SnapshotLedgerStore(table)
         if ledger(store).committed(context.sink_id, context.batch_id, context.query_id):
-            logger.info(
-                "%s: batch %d of %s is in %s already (a replay, or a commit whose outcome "
-                "was unknown)",
-                sink,
-                context.batch_id,
-                context.sink_id,
-                table_name,
-            )
+            log_already_committed(context.sink_id, context.batch_id, f"{sink}: {table_name}")
             return AppendOutcome(table, already_committed=True)
         props = summary_properties(
             context.sink_id, context.batch_id, context.query_id, store.takeover_of

@@ -18,7 +18,11 @@ UNION ALL``, with ``ON CONFLICT`` for upsert or do-nothing), drop the batch's st
 tables (those of failed attempts included), prune ledger rows older than
 ``ledger_keep_batches`` and drop staging tables of any sink older than
 ``staging_max_age_hours`` (a query that never ran again). Either all of it happens or
-none. Tasks check the fence too, before they stage anything.
+none. Tasks check the fence too, before they stage anything. A batch write keeps a ledger
+row only when it is keyed (``sink_id`` and ``batch_id``: its rerun is skipped, and its
+commit is retried like a micro-batch's); without the key it commits in the same
+transaction without one, and is never retried (a commit whose answer was lost may have
+landed).
 
 ``write_mode=prepared`` is exactly-once without the second copy, on PostgreSQL's
 two-phase commit: each SinkBatch is COPYed straight into the target in a transaction that
@@ -53,7 +57,7 @@ from quixsinks.core.backpressure import RetryStats
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, MachineSlots, client_key
 from quixsinks.core.errors import CommitError, OptionError, QuixSinksError, RecordError
-from quixsinks.core.ledger import fence_owners
+from quixsinks.core.ledger import fence_owners, log_already_committed
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from . import ddl
@@ -716,10 +720,10 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     staged_rows[stage] = staged_rows.get(stage, 0) + rows
         if self.overwrite and self.options.table_name is not None:
             sources.setdefault(self.options.table_name, [])
-        if not context.streaming:  # no ledger: a retry after a lost COMMIT could repeat it
+        if not context.ledgered:  # no ledger: a retry after a lost COMMIT could repeat it
             self._commit_once(context, sources, staged_rows)
             return
-        # a streaming commit is idempotent (the ledger row): retry it when the connection
+        # a ledgered commit is idempotent (the ledger row): retry it when the connection
         # breaks (a server restart); a landed commit is found in the ledger and skipped
         self.options.retry_policy().call(
             lambda: self._commit_once(context, sources, staged_rows),
@@ -737,7 +741,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         schema = self.options.schema_name
         rows = sum(staged_rows.values())
         with self._session() as cur:
-            if context.streaming:
+            if context.ledgered:
                 self._fence(cur, context)
                 cur.execute(
                     sql.SQL(
@@ -747,11 +751,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     (context.sink_id, context.batch_id, context.query_id, sorted(sources), rows),
                 )
                 if cur.fetchone() is None:
-                    self.logger.info(
-                        "batch %d of %s is in the ledger already: skipped",
-                        context.batch_id,
-                        context.sink_id,
-                    )
+                    log_already_committed(context.sink_id, context.batch_id)
                     self._drop_stages(cur, context, None)
                     return
             stage_columns = ddl.tables_columns(
@@ -767,7 +767,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 if sources[name]:
                     self._move(cur, table, sources[name], stage_columns)
             self._drop_stages(cur, context, None)
-            if context.streaming:
+            if context.ledgered:
                 self._prune(cur, context)
 
     def _check_staged(
@@ -821,7 +821,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         with self._decisions(context.sink_id) as cur:
             cur.execute("BEGIN")
             decided = True
-            if context.streaming:
+            if context.ledgered:
                 self._fence(cur, context)
                 cur.execute(
                     sql.SQL(
@@ -832,11 +832,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 )
                 decided = cur.fetchone() is not None
                 if not decided:
-                    self.logger.info(
-                        "batch %d of %s is in the ledger already: skipped",
-                        context.batch_id,
-                        context.sink_id,
-                    )
+                    log_already_committed(context.sink_id, context.batch_id)
             if decided and gids:
                 cur.execute(
                     sql.SQL(
@@ -845,7 +841,7 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     ).format(sql.Identifier(schema, DECIDED_TABLE)),
                     (gids, context.sink_id),
                 )
-            if context.streaming:
+            if context.ledgered:
                 self._prune(cur, context)
             cur.execute("COMMIT")
             self._settle(cur, context.sink_id, context.batch_id)

@@ -47,7 +47,7 @@ from quixsinks.core.errors import (
     RetryableError,
 )
 from quixsinks.core.formats import json_column, json_object_pieces, json_objects
-from quixsinks.core.ledger import fence_owners
+from quixsinks.core.ledger import fence_owners, log_already_committed
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
 
@@ -483,7 +483,7 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
         return import_client().Redis(connection_pool=self._pool())
 
     def check_fence(self, task: Task) -> None:
-        if self.options.data_type not in APPENDING or not task.context.streaming:
+        if self.options.data_type not in APPENDING or not task.context.ledgered:
             return
         ctx = task.context
         store = RedisLedgerStore(self._ledger_client(), self.options.key_prefix)
@@ -500,8 +500,10 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
         client = self._ledger_client()
         ledger = opts.ledger(RedisLedgerStore(client, opts.key_prefix))
         policy = opts.retry_policy()
-        policy.call(
-            lambda: self._redis_call(lambda: ledger.fence(context.sink_id, context.query_id)),
+        committed = policy.call(
+            lambda: self._redis_call(
+                lambda: ledger.committed(context.sink_id, context.batch_id, context.query_id)
+            ),
             what="redis ledger fence",
         )
         staged = staged_totals(staged_in_order(receipts))
@@ -541,8 +543,11 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
         if code == -3:
             self.abort(context, receipts)
             raise self._staging_lost(context, detail, *(int(n) for n in result[2:5]))
-        if not context.streaming:  # a batch write is never replayed: no ledger key left
+        if not context.ledgered:  # an unkeyed batch write is never seen again: no ledger key
             self._redis_call(lambda: client.delete(keys[0]))
+        if committed:  # before the script, which found the entry too and appended nothing
+            log_already_committed(context.sink_id, context.batch_id)
+            return
         self.logger.info("batch %s: %s %s entries appended", context.batch_id, code, opts.data_type)
 
     def _staging_lost(

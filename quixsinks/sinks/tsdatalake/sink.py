@@ -400,9 +400,9 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             files,
             query_id=context.query_id,
             name_prefix=name_prefix(context.sink_id, context.query_id),
-            # registering a batch write: its marker goes after the registration, so that
-            # an abort still finds (and rolls back) the published files
-            keep_ledger=context.streaming or registering,
+            # registering a batch write without the key: its marker goes after the
+            # registration, so that an abort still finds (and rolls back) the published files
+            keep_ledger=context.ledgered or registering,
         )
         if registering:
             self._register(context, pieces, files, result)
@@ -450,11 +450,11 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         self.catalog().register(
             context, registered, rows, lambda key: read_published(self.target, key)
         )
-        if not context.streaming:  # a batch write is never replayed: its marker goes now
+        if not context.ledgered:  # an unkeyed batch write is never seen again: marker goes
             self.staging().forget(context.sink_id, context.batch_id)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[TSPiece]]) -> None:
         files = [f for r in receipts for p in r.staged for f in p.files]
         FilePublisher(self.staging()).abort(
-            context.sink_id, context.batch_id, files, streaming=context.streaming
+            context.sink_id, context.batch_id, files, ledgered=context.ledgered
         )

@@ -1,0 +1,126 @@
+"""Keyed batch writes: ``df.write`` with ``sink_id`` and ``batch_id`` lands once, however
+often the job runs it.
+
+Every sink with a fenced ledger gets the same three writes of one DataFrame: batch 7,
+batch 7 again (nothing is written, and the commit logs that the ledger holds it), batch 8
+(the rows again). The rows are read back with each destination's own client. The real
+fault (a COMMIT that lands, its answer lost) is in test_postgresql_faults.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .streams import INPUT_SCHEMA, write_input_files
+from .test_fencing import bigquery_case, read_csvfile, read_file, read_lake, redis_list_case
+
+Case = tuple[str, dict[str, str], Callable[[], list[int]]]
+
+CASES = [
+    "file",
+    "file-append",
+    "csvfile",
+    "postgresql",
+    "postgresql-prepared",
+    "redis-list",
+    "iceberg",
+    "tsdatalake",
+    "tsdatalake-catalog",
+    "bigquery",
+]
+
+
+def sink_case(case: str, tmp_path: Path, request: pytest.FixtureRequest) -> Case:
+    """The format, options and independent reader (every id, sorted) of one case."""
+    out = tmp_path / "out"
+    if case in ("file", "file-append"):
+        append = {"append": "true"} if case == "file-append" else {}
+        return "file", {"path": str(out), **append}, lambda: read_file(out)
+    if case == "csvfile":
+        target = tmp_path / "out.csv"
+        return "csvfile", {"path": str(target)}, lambda: read_csvfile(target)
+    if case.startswith("postgresql"):
+        pg = request.getfixturevalue("pg")
+        mode = {"write_mode": "prepared"} if case == "postgresql-prepared" else {}
+
+        def read_pg() -> list[int]:
+            from .test_postgresql import query
+
+            return [row[0] for row in query(pg, "SELECT id FROM events ORDER BY id")]
+
+        return "postgresql", {**pg["options"], "table_name": "events", **mode}, read_pg
+    if case == "redis-list":
+        return redis_list_case(request.getfixturevalue("redis_sink"))
+    if case == "iceberg":
+        return iceberg_case(tmp_path)
+    if case == "tsdatalake":
+        lake = {"path": str(out), "table_name": "events", "hive_columns": "key"}
+        return "tsdatalake", lake, lambda: read_lake(out / "events")
+    if case == "tsdatalake-catalog":
+        return lake_catalog_case(out, request.getfixturevalue("iceberg_rest"))
+    if case == "bigquery":
+        return bigquery_case(request.getfixturevalue("bigquery_sink"))
+    raise AssertionError(case)
+
+
+def iceberg_case(tmp_path: Path) -> Case:
+    options = {"warehouse": str(tmp_path / "warehouse"), "table_name": "db.events"}
+
+    def read() -> list[int]:
+        from quixsinks.sinks.iceberg import IcebergOptions
+        from quixsinks.sinks.iceberg.catalog import load_catalog
+
+        table = load_catalog(IcebergOptions.from_options(options)).load_table("db.events")
+        return sorted(table.scan().to_arrow().column("id").to_pylist())
+
+    return "iceberg", options, read
+
+
+def lake_catalog_case(out: Path, rest: Any) -> Case:
+    """tsdatalake registering its files in an Iceberg REST catalog: read by the catalog."""
+    table = f"events_{uuid.uuid4().hex[:8]}"
+    options = {"path": str(out), "table_name": table, "catalog_url": rest.url}
+
+    def read() -> list[int]:
+        if not rest.catalog.table_exists(("default", table)):
+            return []
+        rows = rest.catalog.load_table(("default", table)).scan().to_arrow()
+        return sorted(rows.column("id").to_pylist())
+
+    return "tsdatalake", options, read
+
+
+def write(df: Any, fmt: str, options: dict[str, str]) -> None:
+    df.write.format(fmt).mode("append").options(**options).save()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_keyed_batch_write_lands_once_however_often_it_runs(
+    spark: Any,
+    tmp_path: Path,
+    case: str,
+    request: pytest.FixtureRequest,
+    worker_logs: Callable[[str], int],
+) -> None:
+    fmt, options, read = sink_case(case, tmp_path, request)
+    ids = write_input_files(tmp_path / "in", files=2, rows_per_file=10)
+    df = spark.read.schema(INPUT_SCHEMA).json(str(tmp_path / "in"))
+    df = df.withColumnRenamed("ts", "timestamp")
+    sink_id = f"nightly-{uuid.uuid4().hex[:8]}"  # names this test's log lines
+    keyed = {**options, "sink_id": sink_id}
+
+    write(df, fmt, {**keyed, "batch_id": "7"})
+    assert read() == ids
+
+    write(df, fmt, {**keyed, "batch_id": "7"})  # the job runs again
+    assert read() == ids
+    assert worker_logs(f"batch 7 of sink id {sink_id} is in the ledger already") >= 1
+
+    write(df, fmt, {**keyed, "batch_id": "8"})  # the next batch of the job
+    assert read() == sorted(ids + ids)
+    assert worker_logs(f"batch 8 of sink id {sink_id} is in the ledger already") == 0
