@@ -154,20 +154,36 @@ class Fault(ABC):
         return None
 
 
-def _progress_then(
-    runner: Runner, done: threading.Event, rng: random.Random, times: int, act: Callable[[], Any]
-) -> int:
-    """After the first committed micro-batch, ``act`` at random moments, ``times`` times
-    while the query runs; how often it acted."""
-    acted = 0
-    while not done.is_set() and runner.commits() < 1:
-        time.sleep(0.01)
-    for _ in range(times):
-        if done.wait(rng.uniform(0.0, 0.2) if acted == 0 else rng.uniform(0.05, 0.6)):
-            break
-        act()
-        acted += 1
-    return acted
+class _WhileRunning(Fault):
+    """A fault acted ``times`` times at random moments while the query runs: the first
+    soon after the first committed micro-batch, the next ones shortly after."""
+
+    times: int
+    #: what ``fired`` counts, e.g. "worker(s) killed"
+    done_text: str
+
+    @abstractmethod
+    def act(self, runner: Runner, rng: random.Random) -> bool:
+        """Inject the fault once; whether it did."""
+
+    def inject(self, runner: Runner, options: dict[str, str], result: CellResult) -> None:
+        rng = random.Random(runner.cell.name)
+        acted: list[bool] = []
+
+        def during(done: threading.Event) -> None:
+            while not done.is_set() and runner.commits() < 1:
+                time.sleep(0.01)
+            for _ in range(self.times):
+                pause = rng.uniform(0.0, 0.2) if not acted else rng.uniform(0.05, 0.6)
+                if done.wait(pause):
+                    break
+                acted.append(self.act(runner, rng))
+
+        error = runner.run(options, during)
+        if error:
+            result.failures.append(error)
+        result.fired = sum(acted)
+        result.injected = f"{result.fired} {self.done_text}"
 
 
 class DriverKill(Fault):
@@ -193,7 +209,7 @@ class DriverKill(Fault):
         result.injected, result.fired = f"{kills} kill(s)", kills
 
 
-class WorkerKill(Fault):
+class WorkerKill(_WhileRunning):
     name = "worker-kill"
     title = "Python worker SIGKILL"
     how = (
@@ -201,52 +217,35 @@ class WorkerKill(Fault):
         "at random moments while the query runs, three times; the task fails, and the "
         "query fails or Spark retries the task"
     )
+    times = 3
+    done_text = "worker(s) killed"
 
-    def inject(self, runner: Runner, options: dict[str, str], result: CellResult) -> None:
-        rng = random.Random(runner.cell.name)
-        killed: list[int] = []
-
-        def during(done: threading.Event) -> None:
-            def kill() -> None:
-                workers = python_workers()
-                if workers:
-                    pid = rng.choice(workers)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-
-            _progress_then(runner, done, rng, 3, kill)
-
-        error = runner.run(options, during)
-        if error:
-            result.failures.append(error)
-        result.injected, result.fired = f"{len(killed)} worker(s) killed", len(killed)
+    def act(self, runner: Runner, rng: random.Random) -> bool:
+        workers = python_workers()
+        if not workers:
+            return False
+        try:
+            os.kill(rng.choice(workers), signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
 
 
-class ServerCrash(Fault):
+class ServerCrash(_WhileRunning):
     name = "server-crash"
     title = "server crash + restart"
     how = (
         "the real server is crashed and restarted at once (PostgreSQL: `pg_ctl stop -m "
-        "immediate`, which empties UNLOGGED tables in recovery) at random moments while the "
-        "query runs, twice: between a task's staging and the driver's commit, or mid-write"
+        "immediate`, which empties UNLOGGED tables in recovery; Redis: SIGKILL, restarted "
+        "from its append-only file) at random moments while the query runs, twice: between "
+        "a task's staging and the driver's commit, or mid-write"
     )
+    times = 2
+    done_text = "crash(es)"
 
-    def inject(self, runner: Runner, options: dict[str, str], result: CellResult) -> None:
-        rng = random.Random(runner.cell.name)
-        crashes: list[int] = []
-
-        def during(done: threading.Event) -> None:
-            def crash() -> None:
-                runner.target.crash()
-                crashes.append(1)
-
-            _progress_then(runner, done, rng, 2, crash)
-
-        error = runner.run(options, during)
-        if error:
-            result.failures.append(error)
-        result.injected, result.fired = f"{len(crashes)} crash(es)", len(crashes)
+    def act(self, runner: Runner, rng: random.Random) -> bool:
+        runner.target.crash()
+        return True
 
 
 class LostAck(Fault):

@@ -100,6 +100,21 @@ class Target(ABC):
 
 
 _NO_SERVER = "no server: the sink writes the local filesystem"
+_THEIR_DISK = "not injected: the server's storage is its own"
+_IN_MEMORY = "the emulator keeps its data in memory: a crash loses everything, committed or not"
+
+
+class _OnServer(Target):
+    """A target whose sink talks to one server (a test service with host and port)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def endpoint(self) -> tuple[str, int]:
+        return str(self.server.host), int(self.server.port)
+
+    def crash(self) -> None:
+        self.server.crash()
 
 
 class FileTarget(Target):
@@ -139,7 +154,7 @@ class CsvTarget(Target):
             return [json.loads(row["value"])["id"] for row in csv.DictReader(f)]
 
 
-class PostgresTarget(Target):
+class PostgresTarget(_OnServer):
     """The `postgresql` sink in one ``write_mode``, a database of its own per cell."""
 
     fmt = "postgresql"
@@ -155,8 +170,10 @@ class PostgresTarget(Target):
         "retry_backoff_seconds": "0.1",
     }
 
+    server: PostgresServer
+
     def __init__(self, server: PostgresServer, write_mode: str) -> None:
-        self.server = server
+        super().__init__(server)
         self.write_mode = write_mode
         self.name = f"postgresql ({write_mode})"
         self.guarantee = "at-least-once" if write_mode == "direct" else "exactly-once"
@@ -188,12 +205,6 @@ class PostgresTarget(Target):
         finally:
             conn.close()
 
-    def endpoint(self) -> tuple[str, int]:
-        return self.server.host, self.server.port
-
-    def crash(self) -> None:
-        self.server.crash()
-
     def leftovers(self, cell: Cell) -> list[str]:
         """Staging tables and prepared transactions left behind (there should be none)."""
         conn = self.server.connect(cell.name)
@@ -207,7 +218,7 @@ class PostgresTarget(Target):
             conn.close()
 
 
-class RedisTarget(Target):
+class RedisTarget(_OnServer):
     """The `redis` sink: ``string`` keys (one per row, overwrites) or one ``list`` (staged,
     one Lua commit), a key prefix of its own per cell."""
 
@@ -223,8 +234,10 @@ class RedisTarget(Target):
         "retry_backoff_seconds": "0.1",
     }
 
+    server: RedisServer
+
     def __init__(self, server: RedisServer, data_type: str) -> None:
-        self.server = server
+        super().__init__(server)
         self.data_type = data_type
         self.name = f"redis ({data_type})"
         if data_type == "list":
@@ -254,22 +267,13 @@ class RedisTarget(Target):
         values = client.mget(keys) if keys else []
         return [json.loads(v)["id"] for v in values]
 
-    def endpoint(self) -> tuple[str, int]:
-        return self.server.host, self.server.port
-
-    def crash(self) -> None:
-        self.server.crash()
-
     def leftovers(self, cell: Cell) -> list[str]:
         """Staging keys left behind (there should be none once a commit ran)."""
         client: Any = self.server.client()
         return [k.decode() for k in client.keys(f"{cell.name}:_quixsinks:staging*")]
 
 
-_IN_MEMORY = "the emulator keeps its data in memory: a crash loses everything, committed or not"
-
-
-class InfluxTarget(Target):
+class InfluxTarget(_OnServer):
     """The `influxdb3` sink on the stand-in server (InfluxDB 1.x behind a front speaking the
     InfluxDB 3 write API): one series per id (tag ``id``), a database of its own per cell."""
 
@@ -280,12 +284,11 @@ class InfluxTarget(Target):
     ack = (b"POST /api/v", b"")
     not_built = {
         "server-crash": "the stand-in's crash would be InfluxDB 1.x's, not InfluxDB 3's",
-        "disk-full": "not injected: the server's disk is its own",
+        "disk-full": _THEIR_DISK,
     }
     impatient = {"request_timeout_ms": "2000", "retry_max_attempts": "2"}
 
-    def __init__(self, server: InfluxServer) -> None:
-        self.server = server
+    server: InfluxServer
 
     def options(self, cell: Cell) -> dict[str, str]:
         self.server.create_database(cell.name)
@@ -302,14 +305,11 @@ class InfluxTarget(Target):
         rows = self.server.query(cell.name, 'SELECT "amount", "id" FROM "events"')
         return [int(row["id"]) for row in rows]
 
-    def endpoint(self) -> tuple[str, int]:
-        return self.server.host, self.server.port
-
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "host": f"http://{host}:{port}"}
 
 
-class KinesisTarget(Target):
+class KinesisTarget(_OnServer):
     """The `kinesis` sink on kinesalite, a two-shard stream of its own per cell."""
 
     name = "kinesis"
@@ -319,7 +319,7 @@ class KinesisTarget(Target):
     ack = (b"Kinesis_20131202.PutRecords", b"")
     not_built = {
         "server-crash": _IN_MEMORY,
-        "disk-full": "not injected: the service's storage is its own",
+        "disk-full": _THEIR_DISK,
     }
     impatient = {
         "request_timeout_seconds": "2",
@@ -327,8 +327,7 @@ class KinesisTarget(Target):
         "retry_deadline_seconds": "10",
     }
 
-    def __init__(self, server: KinesaliteServer) -> None:
-        self.server = server
+    server: KinesaliteServer
 
     def options(self, cell: Cell) -> dict[str, str]:
         self.server.create_stream(cell.name, shards=2)
@@ -353,14 +352,11 @@ class KinesisTarget(Target):
                 ids.append(value["id"])
         return ids
 
-    def endpoint(self) -> tuple[str, int]:
-        return self.server.host, self.server.port
-
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "endpoint_url": f"http://{host}:{port}"}
 
 
-class S3FileTarget(Target):
+class S3FileTarget(_OnServer):
     """The `file` sink (JSON Lines) on moto's S3 server, a bucket of its own per cell."""
 
     name = "file (S3, JSON)"
@@ -372,11 +368,10 @@ class S3FileTarget(Target):
     not_built = {
         "server-crash": _IN_MEMORY,
         "hung-server": "tests/integration/test_hung_server.py points the S3 client at a black hole",
-        "disk-full": "not injected: the service's storage is its own",
+        "disk-full": _THEIR_DISK,
     }
 
-    def __init__(self, server: MotoServer) -> None:
-        self.server = server
+    server: MotoServer
 
     def options(self, cell: Cell) -> dict[str, str]:
         bucket = f"qs-{cell.name}"
@@ -402,10 +397,6 @@ class S3FileTarget(Target):
         client = self.server.client()
         page = client.list_objects_v2(Bucket=f"qs-{cell.name}", Prefix="out/_quixsinks/staging/")
         return [item["Key"] for item in page.get("Contents", [])]
-
-    def endpoint(self) -> tuple[str, int]:
-        host, port = self.server.url.removeprefix("http://").rsplit(":", 1)
-        return host, int(port)
 
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "endpoint_url": f"http://{host}:{port}"}

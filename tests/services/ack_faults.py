@@ -16,7 +16,6 @@ The proxy holds only loopback sockets and threads that end when it is stopped.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 
 from .tcp_faults import TCPFaultProxy
@@ -76,11 +75,7 @@ class LostAckProxy(TCPFaultProxy):
         except OSError:
             pass
         finally:
-            for s in (source, sink):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                with contextlib.suppress(OSError):
-                    s.close()
+            self._close_pair(source, sink)
             with self._lock:
                 self._connections.pop(client, None)
 

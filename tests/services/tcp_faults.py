@@ -123,14 +123,18 @@ class TCPFaultProxy:
         except OSError:
             pass
         finally:
-            for s in (source, sink):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                with contextlib.suppress(OSError):
-                    s.close()
-            with self._lock:
-                self._sockets.discard(source)
-                self._sockets.discard(sink)
+            self._close_pair(source, sink)
+
+    def _close_pair(self, source: socket.socket, sink: socket.socket) -> None:
+        """Close both ends of a forwarded connection (the other pump then ends too)."""
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+        with self._lock:
+            self._sockets.discard(source)
+            self._sockets.discard(sink)
 
     def _maybe_cut(self) -> None:
         with self._lock:
