@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
         env = environment(servers)
     spark.stop()
-    cells = [r.to_json() for r in results]
+    cells = [{**r.to_json(), "commit": env["commit"]} for r in results]
     if (args.only or args.fault or args.quick) and report.RESULTS.exists():
         # a partial run replaces its cells in the last full run's results
         ran = {(c["target"], c["fault"]) for c in cells}

@@ -312,7 +312,7 @@ class DiskFull(Fault):
         if os.geteuid() != 0:
             return "mounting a small tmpfs needs root"
         return super().not_built(target) or (
-            None if target.fmt in ("file", "csvfile") else "only for sinks writing local files"
+            None if target.local_output else "only for sinks writing local files"
         )
 
     def inject(self, runner: Runner, options: dict[str, str], result: CellResult) -> None:
@@ -419,7 +419,8 @@ def _cell(workdir: Path) -> Iterator[Cell]:
         yield cell
     finally:
         if cell.mounted:
-            subprocess.run(["umount", str(cell.out)], check=False)
+            # lazy: a process may still hold a file there (a cached SQLite catalog)
+            subprocess.run(["umount", "--lazy", str(cell.out)], check=False)
 
 
 def run_cell(spark: Any, target: Target, fault: Fault, workdir: Path) -> CellResult:

@@ -10,16 +10,20 @@ from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
 from ..services.moto import MotoServer
 from ..services.postgres import PostgresServer
+from ..services.pubsub_emulator import PubSubEmulator
 from ..services.redis_server import RedisServer
 from .targets import (
     CsvTarget,
     FileTarget,
+    IcebergTarget,
     InfluxTarget,
     KinesisTarget,
     PostgresTarget,
+    PubSubTarget,
     RedisTarget,
     S3FileTarget,
     Target,
+    TsDataLakeTarget,
 )
 
 #: (target, fault) cells that ``make test`` runs (tests/integration/test_chaos.py): at
@@ -39,6 +43,9 @@ QUICK: set[tuple[str, str]] = {
     ("influxdb3", "lost-ack"),
     ("kinesis", "lost-ack"),
     ("file (S3, JSON)", "lost-ack"),
+    ("pubsub", "hung-server"),
+    ("iceberg (SQLite catalog, local)", "worker-kill"),
+    ("tsdatalake (local)", "disk-full"),
 }
 
 
@@ -48,6 +55,7 @@ def build(
     influx: InfluxServer,
     kinesis: KinesaliteServer,
     s3: MotoServer,
+    pubsub: PubSubEmulator,
 ) -> list[Target]:
     """Every row, on servers already running."""
     return [
@@ -58,6 +66,9 @@ def build(
         *(RedisTarget(redis, data_type) for data_type in ("string", "list")),
         InfluxTarget(influx),
         KinesisTarget(kinesis),
+        PubSubTarget(pubsub),
+        IcebergTarget(),
+        TsDataLakeTarget(),
     ]
 
 
@@ -71,12 +82,13 @@ def targets(stack: contextlib.ExitStack) -> tuple[dict[str, str], list[Target]]:
     influx = stack.enter_context(InfluxServer())
     kinesis = stack.enter_context(KinesaliteServer())
     s3 = stack.enter_context(MotoServer())
+    pubsub = stack.enter_context(PubSubEmulator())
     versions = {
         "PostgreSQL": _version([str(postgres.pg_bin / "postgres"), "--version"]),
         "Redis": _version([redis.binary, "--version"]),
     }
     versions["InfluxDB 1.x (InfluxDB 3 stand-in)"] = _version([str(influx.influxd), "version"])
-    return versions, build(postgres, redis, influx, kinesis, s3)
+    return versions, build(postgres, redis, influx, kinesis, s3, pubsub)
 
 
 def _version(command: list[str]) -> str:

@@ -35,8 +35,9 @@ fail with a clear error (a timeout, no space), never hang (a run still going aft
 {hang:.0f} s counts as hung); after the fault, the restarted query must complete with the
 guarantee intact. Staging tables or prepared transactions left behind are a violation too.
 
-Measured {date} with quixsinks {version} (commit {commit}), pyspark {pyspark}, pyarrow
-{pyarrow}, {servers}; one `local[2,4]` Spark session on 2 cores.
+Measured {date} with quixsinks {version} (commit {commits}), pyspark {pyspark}, pyarrow
+{pyarrow}, {servers}; one `local[2,4]` Spark session on 2 cores. The CI cells run in the
+test suite's `local[2]` session, where a failed task fails the query (then restarted).
 """
 
 FAULT_DOCS = """\
@@ -150,7 +151,9 @@ def render(data: dict[str, Any]) -> str:
             if c["verdict"].startswith("not built")
         }
     )
+    commits = list(dict.fromkeys(c.get("commit", data["environment"]["commit"]) for c in cells))
     intro = INTRO.format(
+        commits=", ".join(commits),
         files=FILES,
         rows=ROWS,
         recovery=RECOVERY_RUNS,

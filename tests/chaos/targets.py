@@ -24,18 +24,22 @@ from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
 from ..services.moto import MotoServer
 from ..services.postgres import PostgresServer
+from ..services.pubsub_emulator import PubSubEmulator
 from ..services.redis_server import RedisServer
 
 __all__ = [
     "Cell",
     "CsvTarget",
     "FileTarget",
+    "IcebergTarget",
     "InfluxTarget",
     "KinesisTarget",
     "PostgresTarget",
+    "PubSubTarget",
     "RedisTarget",
     "S3FileTarget",
     "Target",
+    "TsDataLakeTarget",
 ]
 
 
@@ -72,6 +76,8 @@ class Target(ABC):
     ack: tuple[bytes, bytes] | None = None
     #: options that make a hung server fail fast (short timeouts, few retries)
     impatient: dict[str, str] = {}
+    #: the sink writes files under ``Cell.out`` (a full disk can be injected)
+    local_output = False
 
     @abstractmethod
     def options(self, cell: Cell) -> dict[str, str]:
@@ -122,6 +128,7 @@ class FileTarget(Target):
     fmt = "file"
     guarantee = "exactly-once"
     docs = "sinks/file.md"
+    local_output = True
     not_built = {
         "server-crash": _NO_SERVER,
         "lost-ack": _NO_SERVER,
@@ -140,6 +147,7 @@ class CsvTarget(Target):
     fmt = "csvfile"
     guarantee = "exactly-once"
     docs = "sinks/csvfile.md"
+    local_output = True
     not_built = FileTarget.not_built
 
     def options(self, cell: Cell) -> dict[str, str]:
@@ -400,3 +408,107 @@ class S3FileTarget(_OnServer):
 
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "endpoint_url": f"http://{host}:{port}"}
+
+
+class IcebergTarget(Target):
+    """The `iceberg` sink: its embedded SQLite catalog and a warehouse on local disk."""
+
+    name = "iceberg (SQLite catalog, local)"
+    fmt = "iceberg"
+    guarantee = "exactly-once"
+    docs = "sinks/iceberg.md"
+    local_output = True
+    not_built = {
+        "server-crash": "no server: an embedded SQLite catalog (the REST catalog's crash and "
+        "hang are tested by tests/integration/test_iceberg.py and test_hung_server.py)",
+        "lost-ack": "no server: an embedded SQLite catalog (a lost REST commit answer, 504 "
+        "after commit, is tested by tests/integration/test_iceberg.py)",
+        "hung-server": FileTarget.not_built["hung-server"],
+    }
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        return {"warehouse": str(cell.out), "table_name": "db.events"}
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        from quixsinks.sinks.iceberg import IcebergOptions
+        from quixsinks.sinks.iceberg.catalog import load_catalog
+
+        catalog = load_catalog(IcebergOptions.from_options(self.options(cell)))
+        if not catalog.table_exists("db.events"):
+            return []
+        return list(catalog.load_table("db.events").scan().to_arrow().column("id").to_pylist())
+
+
+class TsDataLakeTarget(Target):
+    """The `tsdatalake` sink: a Hive-partitioned Parquet table on local disk."""
+
+    name = "tsdatalake (local)"
+    fmt = "tsdatalake"
+    guarantee = "exactly-once"
+    docs = "sinks/tsdatalake.md"
+    local_output = True
+    not_built = FileTarget.not_built
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        return {
+            "path": str(cell.out),
+            "table_name": "events",
+            "hive_columns": "year,month,day,key",
+            "timestamp_column": "timestamp",
+        }
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        import pyarrow.dataset as ds
+
+        table = cell.out / "events"
+        if not table.exists():
+            return []
+        return list(ds.dataset(str(table), partitioning="hive").to_table().column("id").to_pylist())
+
+    def leftovers(self, cell: Cell) -> list[str]:
+        """Staged files left behind (there should be none)."""
+        staged = cell.out / "_quixsinks" / "events" / "staging"
+        return [str(p) for p in staged.rglob("*") if p.is_file()] if staged.exists() else []
+
+
+class PubSubTarget(_OnServer):
+    """The `pubsub` sink on the Google Cloud SDK's emulator, a topic of its own per cell."""
+
+    name = "pubsub"
+    fmt = "pubsub"
+    guarantee = "at-least-once"
+    docs = "sinks/pubsub.md"
+    server: PubSubEmulator
+    not_built = {
+        "server-crash": _IN_MEMORY,
+        "lost-ack": "gRPC's requests cannot be told apart by their bytes (HPACK); "
+        "tests/integration/test_pubsub.py cuts the connection after a publish was forwarded",
+        "disk-full": _THEIR_DISK,
+    }
+    impatient = {
+        "publish_timeout": "2",
+        "flush_timeout": "2",
+        "retry_max_attempts": "2",
+        "retry_deadline_seconds": "10",
+    }
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        self.server.create_topic(cell.name)
+        return self.server.options(cell.name)
+
+    def _messages(self, cell: Cell) -> list[tuple[str, int]]:
+        messages = self.server.pull_all(cell.name, limit=100_000)
+        return [(m.attributes["qs_dedupe_id"], json.loads(m.data)["id"]) for m in messages]
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        return [i for _, i in self._messages(cell)]
+
+    def read_deduplicated(self, cell: Cell) -> list[int] | None:
+        return list(dict(self._messages(cell)).values())
+
+    def endpoint(self) -> tuple[str, int]:
+        host, port = self.server.emulator_host.rsplit(":", 1)
+        return host, int(port)
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        return {**options, "emulator_host": f"{host}:{port}"}

@@ -23,11 +23,12 @@ def test_a_quick_cell_keeps_the_claimed_guarantee(
     influx_server: Any,
     kinesalite: Any,
     s3_server: Any,
+    pubsub_emulator: Any,
     tmp_path: Path,
     target_name: str,
     fault_name: str,
 ) -> None:
-    targets = build(postgres, redis_server, influx_server, kinesalite, s3_server)
+    targets = build(postgres, redis_server, influx_server, kinesalite, s3_server, pubsub_emulator)
     target = next(t for t in targets if t.name == target_name)
     result = run_cell(spark, target, FAULTS[fault_name], tmp_path / "cell")
     assert result.verdict == "ok", result
