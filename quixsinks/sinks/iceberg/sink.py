@@ -240,6 +240,10 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                     table = self._create(catalog, schema)
                 except TableAlreadyExistsError:
                     continue
+                except QuixSinksError:
+                    raise
+                except Exception as exc:
+                    raise self._catalog_error(exc, "creating the table") from None
             except QuixSinksError:
                 raise
             except Exception as exc:
@@ -352,6 +356,8 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             update.commit()
         except CommitFailedException:
             return False
+        except Exception as exc:
+            raise self._catalog_error(exc, "evolving the schema") from None
         logger.info("iceberg: evolved the schema of %s: %s", opts.table_name, "; ".join(changes))
         return True
 
