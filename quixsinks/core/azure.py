@@ -29,9 +29,10 @@ Every SDK error is translated in :func:`_translate`: a missing container is
 :class:`AzureContainerAccessDeniedError`, throttling (503 ``ServerBusy``, 500
 ``OperationTimedOut``...) a :class:`RetryableError` (:class:`SinkBackpressureError`
 when the service sends ``Retry-After``) for the sink's RetryPolicy, anything else a
-:class:`DestinationError` naming the location. The SDK's own retries and timeouts are
-kept short (:data:`SDK_RETRIES`, :data:`CONNECT_TIMEOUT`, :data:`READ_TIMEOUT`) so that
-the RetryPolicy is in charge.
+:class:`DestinationError` naming the location. The SDK's own retries are kept
+few (:data:`SDK_RETRIES`) so that the RetryPolicy is in charge; every request has a connect
+timeout (:data:`CONNECT_TIMEOUT` at most) and a read timeout (``timeout``, the option
+``storage_timeout_seconds``), and a timeout says so.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import unquote, urlsplit
 
 from .clients import ClientCache, Secret
-from .destinations import Destination
+from .destinations import DEFAULT_STORAGE_TIMEOUT, Destination
 from .errors import (
     AzureContainerAccessDeniedError,
     AzureContainerNotFoundError,
@@ -62,6 +63,7 @@ from .errors import (
     QuixSinksError,
     RetryableError,
     SinkBackpressureError,
+    timed_out,
 )
 
 if TYPE_CHECKING:
@@ -77,9 +79,8 @@ BLOCK_SIZE = 8 * 1024 * 1024
 BLOCKS_IN_FLIGHT = 2
 #: Deletes per blob batch request (the service's maximum).
 DELETE_BATCH = 256
-#: Seconds to open a connection / to wait for a response, per request.
-CONNECT_TIMEOUT = 10
-READ_TIMEOUT = 60
+#: The longest wait for a connection, per request (seconds); ``timeout`` when shorter.
+CONNECT_TIMEOUT = 10.0
 #: Pooled HTTP connections per client (per process and credentials).
 CONNECTION_POOL_SIZE = 32
 #: Retries the SDK makes by itself (in all; of which on 5xx answers); a short linear pause.
@@ -180,6 +181,7 @@ class AzureDestination(Destination):
         account_key: the account's access key (a secret; env ``AZURE_STORAGE_KEY``).
         sas_token: a shared access signature (a secret; env ``AZURE_STORAGE_SAS_TOKEN``)
             allowing read, write, delete and list on the container.
+        timeout: seconds to wait for an answer to one request (``storage_timeout_seconds``).
     """
 
     supports_append = False
@@ -196,6 +198,7 @@ class AzureDestination(Destination):
         account_name: str | None = None,
         account_key: str | None = None,
         sas_token: str | None = None,
+        timeout: float = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
         if not container or "/" in container:
             raise OptionError(
@@ -206,6 +209,7 @@ class AzureDestination(Destination):
             )
         self.container = container
         self.prefix = prefix.strip("/")
+        self.timeout = timeout
         env = os.environ
         if not (connection_string or account_url or account_name):
             connection_string = env.get("AZURE_STORAGE_CONNECTION_STRING") or None
@@ -251,14 +255,17 @@ class AzureDestination(Destination):
         self._sas_token = _secret(sas_token.lstrip("?") if sas_token else None)
 
     @classmethod
-    def from_url(cls, url: str, **credentials: str | None) -> AzureDestination:
+    def from_url(
+        cls, url: str, *, timeout: float = DEFAULT_STORAGE_TIMEOUT, **credentials: str | None
+    ) -> AzureDestination:
         """The destination a ``path`` option names.
 
         Accepted forms: ``abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix``,
         ``az://CONTAINER/prefix`` (the account comes from the credentials) and
         ``https://ACCOUNT.blob.core.windows.net/CONTAINER/prefix`` (a ``?sas`` query is
         taken as the SAS token). ``credentials`` are the constructor's keywords; an
-        ``account_url`` given there wins over the URL's host (emulators).
+        ``account_url`` given there wins over the URL's host (emulators). ``timeout``: the
+        constructor's.
         """
         shown = url.split("?", 1)[0]
         parts = urlsplit(url)
@@ -326,7 +333,7 @@ class AzureDestination(Destination):
                 "and single hyphens)",
                 "az://mycontainer/data",
             )
-        return cls(container, prefix, **creds)
+        return cls(container, prefix, timeout=timeout, **creds)
 
     # -- identity ---------------------------------------------------------------------
 
@@ -346,6 +353,7 @@ class AzureDestination(Destination):
             self.account_url,
             self.account_name,
             *(s.digest() if s is not None else None for s in secrets),
+            self.timeout,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -371,7 +379,7 @@ class AzureDestination(Destination):
         blob = _import_sdk()
         _redact_urllib3_logs()
         config: dict[str, Any] = {
-            "transport": _transport(),
+            "transport": _transport(self.timeout),
             "retry_policy": blob.LinearRetry(
                 backoff=SDK_RETRY_PAUSE,
                 random_jitter_range=SDK_RETRY_PAUSE / 2,
@@ -421,7 +429,7 @@ class AzureDestination(Destination):
 
     @contextlib.contextmanager
     def _translate(self, key: str | None = None) -> Iterator[None]:
-        with _translate(self._location(key), self.container, self._secret_values()):
+        with _translate(self._location(key), self.container, self._secret_values(), self.timeout):
             yield
 
     def _secret_values(self) -> tuple[str, ...]:
@@ -568,8 +576,8 @@ class AzureDestination(Destination):
         return True
 
 
-def _transport() -> Any:
-    """The SDK's requests transport with short timeouts and a pool big enough for the
+def _transport(timeout: float) -> Any:
+    """The SDK's requests transport with these timeouts and a pool big enough for the
     threads that share one client (block uploads, a driver's parallel moves)."""
     import requests
     from azure.core.pipeline.transport import RequestsTransport
@@ -587,8 +595,8 @@ def _transport() -> Any:
     return RequestsTransport(
         session=session,
         session_owner=True,
-        connection_timeout=CONNECT_TIMEOUT,
-        read_timeout=READ_TIMEOUT,
+        connection_timeout=min(CONNECT_TIMEOUT, timeout),
+        read_timeout=timeout,
     )
 
 
@@ -711,7 +719,9 @@ class _BlockWriter(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def _translate(location: str, container: str, secrets: tuple[str, ...]) -> Iterator[None]:
+def _translate(
+    location: str, container: str, secrets: tuple[str, ...], timeout: float
+) -> Iterator[None]:
     """The one boundary where Azure SDK errors become quixsinks errors.
 
     Messages are built from the HTTP status and the service's error code, never from the
@@ -723,14 +733,14 @@ def _translate(location: str, container: str, secrets: tuple[str, ...]) -> Itera
     except QuixSinksError:
         raise
     except Exception as exc:
-        error = _translated(exc, location, container, secrets)
+        error = _translated(exc, location, container, secrets, timeout)
         if error is None:
             raise
         raise error from None
 
 
 def _translated(
-    exc: Exception, location: str, container: str, secrets: tuple[str, ...]
+    exc: Exception, location: str, container: str, secrets: tuple[str, ...], timeout: float
 ) -> QuixSinksError | None:
     try:
         exceptions = _import_sdk_exceptions()
@@ -771,6 +781,12 @@ def _translated(
             return RetryableError(message)
         return DestinationError(
             f"{location}: Azure Blob Storage failed ({detail})", location=location
+        )
+    if isinstance(
+        exc, (exceptions.ServiceRequestTimeoutError, exceptions.ServiceResponseTimeoutError)
+    ):
+        return RetryableError(
+            f"{location}: Azure Blob Storage {timed_out(timeout, 'storage_timeout_seconds')}"
         )
     if isinstance(exc, (exceptions.ServiceRequestError, exceptions.ServiceResponseError)):
         return RetryableError(

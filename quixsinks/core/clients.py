@@ -34,12 +34,29 @@ from .errors import RetryableError
 from .localstate import default_state_directory, open_private_file, state_root
 from .options import SinkOptions
 
-__all__ = ["ClientCache", "MachineSlots", "Secret", "client_key", "secret_digest"]
+__all__ = [
+    "CONNECT_TIMEOUT_CAP",
+    "ClientCache",
+    "MachineSlots",
+    "Secret",
+    "client_key",
+    "connect_timeout",
+    "secret_digest",
+]
 
 logger = logging.getLogger("quixsinks.clients")
 C = TypeVar("C")
 
 _CACHES: weakref.WeakSet[ClientCache[Any]] = weakref.WeakSet()
+
+#: The longest a client waits for a connection to open (a server that accepts does so in
+#: milliseconds; the request timeout options bound the wait for answers).
+CONNECT_TIMEOUT_CAP = 10.0
+
+
+def connect_timeout(timeout: float) -> float:
+    """The connect timeout that goes with a request timeout option: the shorter of the two."""
+    return min(CONNECT_TIMEOUT_CAP, timeout)
 
 
 def secret_digest(value: str) -> str:

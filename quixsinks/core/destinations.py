@@ -33,6 +33,7 @@ from .errors import DestinationAccessDeniedError, DestinationError, DestinationN
 from .options import SinkOptions, option
 
 __all__ = [
+    "DEFAULT_STORAGE_TIMEOUT",
     "Destination",
     "LocalDestination",
     "StorageOptions",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "abfs", "abfss", "az", "gs")
+#: Seconds an object store client waits for an answer to one request (and, at most
+#: its backend's connect cap of them, for a connection): ``storage_timeout_seconds``.
+DEFAULT_STORAGE_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +92,13 @@ class StorageOptions(SinkOptions):
         None,
         env="STORAGE_EMULATOR_HOST",
         doc="GCS: endpoint of an emulator or a private endpoint (anonymous credentials)",
+    )
+    storage_timeout_seconds: float = option(
+        DEFAULT_STORAGE_TIMEOUT,
+        positive=True,
+        doc="S3, Azure Blob, GCS: seconds to wait for an answer to one request (and, at most "
+        "5 of them, 10 on Azure, to connect); a hung store fails the request, which is "
+        "retried under the retry options",
     )
 
 
@@ -418,6 +429,7 @@ def destination_for(
             aws_access_key_id=creds.aws_access_key_id,
             aws_secret_access_key=creds.aws_secret_access_key,
             aws_session_token=creds.aws_session_token,
+            timeout=creds.storage_timeout_seconds,
         )
     if scheme in ("abfs", "abfss", "az"):
         from .azure import AzureDestination
@@ -429,12 +441,16 @@ def destination_for(
             connection_string=creds.azure_connection_string,
             account_key=creds.azure_account_key,
             sas_token=creds.azure_sas_token,
+            timeout=creds.storage_timeout_seconds,
         )
     if scheme == "gs":
         from .gcs import GCSDestination
 
         return GCSDestination.from_url(
-            path, service_account_json=creds.service_account_json, endpoint=creds.gcs_endpoint
+            path,
+            service_account_json=creds.service_account_json,
+            endpoint=creds.gcs_endpoint,
+            timeout=creds.storage_timeout_seconds,
         )
     raise OptionError(
         f"option {option_name!r}: unknown URL scheme {scheme!r} in {path!r}; use an absolute "

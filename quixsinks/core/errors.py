@@ -306,3 +306,9 @@ def format_allowed(values: Iterable[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def timed_out(seconds: float, option: str) -> str:
+    """The words every sink uses for a call that got no answer in time, naming the option
+    that sets the limit: ``timed out (no answer in 2 s; option 'socket_timeout')``."""
+    return f"timed out (no answer in {seconds:g} s; option {option!r})"

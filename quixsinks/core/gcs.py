@@ -22,7 +22,9 @@ Every SDK error is translated in :meth:`GCSDestination._translate`: missing buck
 :class:`RetryableError` (:class:`SinkBackpressureError` when the service sends
 ``Retry-After``), anything else -> :class:`DestinationError`. The SDK's own retries are
 limited to dropped connections on metadata calls, with a short deadline, and uploads are
-not retried by the SDK at all, so that the sink's RetryPolicy decides.
+not retried by the SDK at all, so that the sink's RetryPolicy decides. Every request has a
+connect timeout (:attr:`GCSDestination.CONNECT_TIMEOUT` at most) and a read timeout
+(``timeout``, the option ``storage_timeout_seconds``); a timeout says so.
 
 The SDK (``google-cloud-storage``, the ``gcs`` extra) is imported only when a client is
 first needed.
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
 
 from .clients import ClientCache, secret_digest
-from .destinations import Destination
+from .destinations import DEFAULT_STORAGE_TIMEOUT, Destination
 from .errors import (
     DestinationError,
     DestinationNotFoundError,
@@ -53,6 +55,7 @@ from .errors import (
     QuixSinksError,
     RetryableError,
     SinkBackpressureError,
+    timed_out,
 )
 
 __all__ = ["GCSDestination"]
@@ -91,8 +94,8 @@ class GCSDestination(Destination):
     DELETE_BATCH = 100
     #: objects per list page (the service's maximum)
     PAGE_SIZE = 1000
+    #: the longest wait for a connection (seconds); ``timeout`` when that is shorter
     CONNECT_TIMEOUT = 5.0
-    READ_TIMEOUT = 60.0
     #: how long the SDK may retry a dropped connection on a metadata call (seconds)
     SDK_RETRY_DEADLINE = 10.0
 
@@ -104,6 +107,7 @@ class GCSDestination(Destination):
         project: str | None = None,
         service_account_json: str | None = None,
         endpoint: str | None = None,
+        timeout: float = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
         if not _BUCKET_NAME.match(bucket or ""):
             raise OptionError(
@@ -117,6 +121,7 @@ class GCSDestination(Destination):
         self.prefix = prefix.strip("/")
         self.project = project
         self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.timeout = timeout
         self._service_account_json = service_account_json
         self._service_account_info = (
             _parse_service_account(service_account_json) if service_account_json else None
@@ -125,7 +130,8 @@ class GCSDestination(Destination):
     @classmethod
     def from_url(cls, url: str, **credentials: Any) -> GCSDestination:
         """A destination for ``gs://bucket/prefix``; ``credentials`` are the keyword
-        arguments of the constructor (``project``, ``service_account_json``, ``endpoint``)."""
+        arguments of the constructor (``project``, ``service_account_json``, ``endpoint``,
+        ``timeout``)."""
         scheme, sep, rest = url.partition("://")
         bucket, _, prefix = rest.partition("/")
         if not sep or scheme.lower() != "gs" or not bucket:
@@ -163,7 +169,14 @@ class GCSDestination(Destination):
         return dict(self.__dict__)  # no client is ever kept on the instance
 
     def _identity(self) -> tuple[Any, ...]:
-        return (self.bucket, self.prefix, self.project, self.endpoint, self._secret_digest())
+        return (
+            self.bucket,
+            self.prefix,
+            self.project,
+            self.endpoint,
+            self._secret_digest(),
+            self.timeout,
+        )
 
     def _secret_digest(self) -> str | None:
         if self._service_account_json is None:
@@ -244,7 +257,7 @@ class GCSDestination(Destination):
 
     @property
     def _timeout(self) -> tuple[float, float]:
-        return (self.CONNECT_TIMEOUT, self.READ_TIMEOUT)
+        return (min(self.CONNECT_TIMEOUT, self.timeout), self.timeout)
 
     def _retry(self) -> Any:
         """The SDK's own retry for metadata calls: dropped connections only, briefly."""
@@ -322,6 +335,11 @@ class GCSDestination(Destination):
             if retry_after is not None:
                 raise SinkBackpressureError(retry_after, text) from exc
             raise RetryableError(text) from exc
+        if isinstance(exc, http.Timeout):
+            raise RetryableError(
+                f"{location}: Google Cloud Storage "
+                f"{timed_out(self.timeout, 'storage_timeout_seconds')}"
+            ) from exc
         if isinstance(exc, (http.ConnectionError, http.Timeout, auth.TransportError)):
             raise RetryableError(f"{location}: connection failed ({type(exc).__name__})") from exc
         if isinstance(exc, api.GoogleAPICallError):

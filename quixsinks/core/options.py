@@ -12,6 +12,8 @@ Spark) or any other casing: names are compared with case, ``_`` and ``-`` ignore
 
 Supported field types: ``str``, ``int``, ``float``, ``bool``, ``tuple[str, ...]``
 (comma-separated), ``Literal[...]`` (one of fixed choices), and ``X | None`` of those.
+A ``float`` is always finite (``nan`` and ``inf`` are refused); a timeout is declared with
+``positive=True`` and must be above zero.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import math
 import os
 import sys
 import types
@@ -60,6 +63,7 @@ def option(
     env: str | None = None,
     aliases: tuple[str, ...] = (),
     minimum: float | None = None,
+    positive: bool = False,
 ) -> Any:
     """Declare an option field.
 
@@ -70,8 +74,17 @@ def option(
         env: environment variable read (on the driver) when the option is not given.
         aliases: other accepted names (e.g. Quix's ``time_setter`` for ``time_key``).
         minimum: smallest allowed value for a number.
+        positive: a number above zero (every timeout: 0 or a negative number would mean
+            "wait forever" to some client libraries, so it is refused).
     """
-    metadata = {"doc": doc, "secret": secret, "env": env, "aliases": aliases, "minimum": minimum}
+    metadata = {
+        "doc": doc,
+        "secret": secret,
+        "env": env,
+        "aliases": aliases,
+        "minimum": minimum,
+        "positive": positive,
+    }
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple or None as an option default")
     return field(default=default, metadata=metadata, repr=not secret)
@@ -91,6 +104,7 @@ class OptionSpec:
     aliases: tuple[str, ...]
     choices: tuple[str, ...] | None
     minimum: float | None = None
+    positive: bool = False
 
     @property
     def camel_name(self) -> str:
@@ -186,6 +200,7 @@ class SinkOptions:
                     aliases=f.metadata["aliases"],
                     choices=_choices(hint),
                     minimum=f.metadata["minimum"],
+                    positive=f.metadata.get("positive", False),
                 )
             )
         return result
@@ -314,8 +329,8 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
             number = float(text)
         except ValueError:
             raise bad("a number") from None
-        if number != number:  # NaN
-            raise bad("a number")
+        if not math.isfinite(number):  # nan, inf: no option means either
+            raise bad("a finite number")
         _check_minimum(spec, number, shown)
         return number
     if typing.get_origin(inner) is tuple:
@@ -328,6 +343,13 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
 
 
 def _check_minimum(spec: OptionSpec, number: float, shown: str) -> None:
+    if spec.positive and number <= 0:
+        raise OptionError(
+            f"option {spec.name!r} has value {shown!r}, expected a number above 0",
+            option=spec.name,
+            value=shown,
+            allowed="> 0",
+        )
     minimum = spec.minimum
     if minimum is not None and number < minimum:
         raise OptionError(

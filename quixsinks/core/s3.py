@@ -19,7 +19,9 @@ bucket -> :class:`S3BucketNotFoundError`; refused or wrong credentials ->
 :class:`S3BucketAccessDeniedError`; throttling and server errors -> :class:`RetryableError`
 (:class:`SinkBackpressureError` when the answer says how long to wait), so the sink's
 :class:`~quixsinks.core.backpressure.RetryPolicy` is in charge; the SDK itself retries once
-at most, with short timeouts. Anything else -> :class:`DestinationError` with the location.
+at most, with a connect timeout of :data:`CONNECT_TIMEOUT` at most and a read timeout of
+``timeout`` (``storage_timeout_seconds``); a timeout says so. Anything else ->
+:class:`DestinationError` with the location.
 
 boto3 is imported lazily (the ``s3`` extra); clients live in a per-process
 :class:`~quixsinks.core.clients.ClientCache`, never on the instance.
@@ -37,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, NoReturn, cast
 
 from .clients import ClientCache, Secret
-from .destinations import Destination
+from .destinations import DEFAULT_STORAGE_TIMEOUT, Destination
 from .errors import (
     DestinationError,
     DestinationNotFoundError,
@@ -47,6 +49,7 @@ from .errors import (
     S3BucketAccessDeniedError,
     S3BucketNotFoundError,
     SinkBackpressureError,
+    timed_out,
 )
 
 __all__ = ["S3Destination"]
@@ -63,8 +66,8 @@ COPY_PART_SIZE = 512 * 1024**2
 DELETE_BATCH = 1000
 #: The SDK's own attempts per call (the first included): our RetryPolicy does the rest.
 SDK_MAX_ATTEMPTS = 2
+#: The longest wait for a connection (seconds); ``timeout`` when that is shorter.
 CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 30.0
 
 _SCHEMES = ("s3", "s3a")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -124,6 +127,7 @@ class S3Destination(Destination):
         region_name: the bucket's region; default ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
         aws_access_key_id, aws_secret_access_key, aws_session_token: explicit
             credentials; without them boto3's default chain is used.
+        timeout: seconds to wait for an answer to one request (``storage_timeout_seconds``).
     """
 
     def __init__(
@@ -136,6 +140,7 @@ class S3Destination(Destination):
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
+        timeout: float = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
         if not bucket or "/" in bucket:
             raise ValueError(f"invalid S3 bucket name {bucket!r}")
@@ -148,6 +153,7 @@ class S3Destination(Destination):
         self.aws_access_key_id = aws_access_key_id
         self._secret_access_key = Secret.wrap(aws_secret_access_key)
         self._session_token = Secret.wrap(aws_session_token)
+        self.timeout = timeout
 
     @classmethod
     def from_url(cls, url: str, **credentials: Any) -> S3Destination:
@@ -211,6 +217,7 @@ class S3Destination(Destination):
             self.aws_access_key_id,
             _digest(self._secret_access_key),
             _digest(self._session_token),
+            self.timeout,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -252,8 +259,8 @@ class S3Destination(Destination):
         except ImportError:
             raise MissingDependencyError("boto3", "s3") from None
         options: dict[str, Any] = {
-            "connect_timeout": CONNECT_TIMEOUT,
-            "read_timeout": READ_TIMEOUT,
+            "connect_timeout": min(CONNECT_TIMEOUT, self.timeout),
+            "read_timeout": self.timeout,
             "retries": {"total_max_attempts": SDK_MAX_ATTEMPTS, "mode": "standard"},
             "max_pool_connections": 32,
         }
@@ -294,6 +301,10 @@ class S3Destination(Destination):
                 "set aws_access_key_id and aws_secret_access_key, or configure the default "
                 "credential chain (environment, profile, instance role)",
                 location=location,
+            ) from None
+        except (bex.ConnectTimeoutError, bex.ReadTimeoutError):
+            raise RetryableError(
+                f"{location}: {what} {timed_out(self.timeout, 'storage_timeout_seconds')}"
             ) from None
         except (bex.ConnectionError, bex.HTTPClientError) as exc:
             # timeouts, refused or dropped connections: transient as far as we can tell

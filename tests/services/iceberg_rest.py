@@ -13,6 +13,10 @@ a catalog with token auth answers), which is how pyiceberg sends a ``token`` pro
 Faults: :meth:`IcebergRestServer.fail_next_commits` makes the next commits answer 409
 without applying them, or 500/502/504 *after* applying them (a lost response: the client
 sees ``CommitStateUnknownException`` although the commit landed).
+:meth:`IcebergRestServer.hang_next_commits` makes the next commits hang: the request is read
+and never answered (nor applied) until :meth:`IcebergRestServer.release_hung` or the server
+stops, at most ``HANG_SECONDS``: a catalog that hangs in the driver's commit while the
+rest of the protocol (config, load) still answers.
 
     with IcebergRestServer() as rest:
         options = {"catalog_type": "rest", "catalog_uri": rest.url, ...}
@@ -32,6 +36,8 @@ from urllib.parse import unquote, urlparse
 __all__ = ["IcebergRestServer"]
 
 _SEPARATOR = "\x1f"
+#: the longest a hung commit is held (a test that forgot to release it)
+HANG_SECONDS = 120.0
 
 
 class _Named:
@@ -58,6 +64,9 @@ class IcebergRestServer:
         self._faults: list[int] = []
         self._lock = threading.Lock()
         self.commits = 0
+        self.hung = 0  # commits held without an answer so far
+        self._hang = 0
+        self._release = threading.Event()
         self._server: http.server.ThreadingHTTPServer | None = None
         self._catalog: Any = None
 
@@ -79,6 +88,7 @@ class IcebergRestServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release_hung()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -102,6 +112,26 @@ class IcebergRestServer:
     def _next_fault(self) -> int | None:
         with self._lock:
             return self._faults.pop(0) if self._faults else None
+
+    def hang_next_commits(self, count: int = 1_000_000) -> None:
+        """Hold the next ``count`` commits (default: all) unanswered and unapplied."""
+        with self._lock:
+            self._hang = count
+            self._release.clear()
+
+    def release_hung(self) -> None:
+        """Stop hanging: held commits end without an answer (the connection closes)."""
+        with self._lock:
+            self._hang = 0
+        self._release.set()
+
+    def _take_hang(self) -> bool:
+        with self._lock:
+            if self._hang <= 0:
+                return False
+            self._hang -= 1
+            self.hung += 1
+            return True
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -246,6 +276,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         from pyiceberg.catalog.rest import CommitTableRequest
 
         request = CommitTableRequest.model_validate_json(self._body())
+        if self.rest._take_hang():
+            self.rest._release.wait(HANG_SECONDS)
+            self.close_connection = True
+            return None
         fault = self.rest._next_fault()
         if fault == 409:
             return self._error(409, "CommitFailedException", "injected conflict")

@@ -336,3 +336,41 @@ def test_csvfile_refuses_a_relative_path() -> None:
 
     with pytest.raises(OptionError, match="absolute"):
         CSVFileSink(CSVFileOptions.from_options({"path": "out.csv"}))
+
+
+def test_storage_timeout_reaches_every_object_store_client() -> None:
+    from quixsinks.core.destinations import StorageOptions, destination_for
+
+    opts = StorageOptions.from_options(
+        {
+            "storage_timeout_seconds": "7",
+            "aws_access_key_id": "AKIA",
+            "aws_secret_access_key": "s3cr3t",
+            "region_name": "eu-west-1",
+            "azure_connection_string": "DefaultEndpointsProtocol=http;AccountName=a;"
+            "AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:9/a;",
+        }
+    )
+    s3 = destination_for("s3://bucket/p", opts)
+    config = s3._make_client().meta.config  # no request is sent yet
+    assert (config.connect_timeout, config.read_timeout) == (5.0, 7.0)
+    azure = destination_for("az://container/p", opts)
+    transport = azure._new_client()._config.transport
+    assert (transport.connection_config.timeout, transport.connection_config.read_timeout) == (
+        7.0,
+        7.0,
+    )
+    gcs = destination_for("gs://bucket/p", opts)
+    assert gcs._timeout == (5.0, 7.0)
+    for dest in (s3, azure, gcs):
+        assert pickle.loads(pickle.dumps(dest)).timeout == 7.0
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "inf", "nan"])
+def test_storage_timeout_must_be_a_finite_number_above_zero(value: str) -> None:
+    from quixsinks.core.destinations import StorageOptions
+    from quixsinks.core.errors import OptionError
+
+    with pytest.raises(OptionError) as info:
+        StorageOptions.from_options({"storage_timeout_seconds": value})
+    assert info.value.option == "storage_timeout_seconds"

@@ -92,6 +92,82 @@ def test_glue_and_s3_properties_and_pass_through() -> None:
     assert "s3cr3t" not in scrub(f"boom {props}", opts)
 
 
+def test_every_rest_catalog_request_gets_the_catalog_timeout() -> None:
+    from requests import Session
+    from requests.adapters import BaseAdapter, HTTPAdapter
+
+    from quixsinks.sinks.iceberg.rest import TimeoutAdapter, with_timeout
+
+    class Recording(BaseAdapter):
+        timeouts: list[Any] = []
+
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            self.timeouts.append(kwargs["timeout"])
+            raise ConnectionError("recorded")
+
+        def close(self) -> None:
+            pass
+
+    session = Session()
+    session.mount("https://catalog.example/", HTTPAdapter())  # as SigV4 signing mounts one
+    for prefix in ("http://", "https://", "https://catalog.example/"):
+        session.mount(prefix, Recording())
+    with_timeout(with_timeout(session, (3.0, 7.5)), (1.0, 1.0))  # the second call: no-op
+    assert all(isinstance(a, TimeoutAdapter) for a in session.adapters.values())
+    assert not any(isinstance(a.inner, TimeoutAdapter) for a in session.adapters.values())
+    for url, timeout in (("http://x/v1/config", None), ("https://catalog.example/t", 42)):
+        with pytest.raises(ConnectionError):
+            session.get(url, timeout=timeout)
+    assert Recording.timeouts == [(3.0, 7.5), 42]  # an explicit timeout is kept
+
+
+def test_catalog_timeout_is_a_catalog_property_and_must_be_positive() -> None:
+    opts = IcebergOptions.from_options(
+        {
+            "table_name": "a.b",
+            "catalog_type": "rest",
+            "catalog_uri": "http://c",
+            "catalogTimeoutSeconds": "2.5",
+        }
+    )
+    assert catalog_properties(opts)["quixsinks.timeout-seconds"] == "2.5"
+    assert (
+        IcebergOptions.from_options(
+            {"table_name": "a.b", "warehouse": "/w"}
+        ).catalog_timeout_seconds
+        == 60
+    )
+    for bad in ("0", "-1", "inf", "nan"):
+        with pytest.raises(OptionError) as info:
+            IcebergOptions.from_options(
+                {"table_name": "a.b", "warehouse": "/w", "catalog_timeout_seconds": bad}
+            )
+        assert info.value.option == "catalog_timeout_seconds"
+
+
+def test_the_glue_client_has_the_catalog_timeouts() -> None:
+    from quixsinks.sinks.iceberg.catalog import forget_catalog, load_catalog
+
+    opts = IcebergOptions.from_options(
+        {
+            "table_name": "a.b",
+            "catalog_type": "glue",
+            "warehouse": "s3://bucket/wh",
+            "aws_region": "eu-west-1",
+            "aws_access_key_id": "AKIA",
+            "aws_secret_access_key": "s3cr3t",
+            "aws_endpoint_url": "http://127.0.0.1:9",
+            "catalog_timeout_seconds": "25",
+        }
+    )
+    try:
+        config = load_catalog(opts).glue.meta.config  # no request is sent yet
+        assert (config.connect_timeout, config.read_timeout) == (10.0, 25.0)
+        assert config.retries["mode"] == "standard"  # pyiceberg's own retry settings kept
+    finally:
+        forget_catalog(opts)
+
+
 def test_rest_needs_a_uri_and_sql_a_warehouse() -> None:
     with pytest.raises(OptionError, match="needs 'catalog_uri'"):
         IcebergOptions.from_options({"table_name": "a.b", "catalog_type": "rest"})

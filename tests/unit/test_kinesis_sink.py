@@ -267,6 +267,15 @@ def test_a_dropped_connection_is_retryable() -> None:
         assert isinstance(translate(exc, "w", stream="s"), RetryableError)
 
 
+def test_a_timeout_is_retryable_and_names_its_option() -> None:
+    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+    for exc in (ReadTimeoutError(endpoint_url="http://x"), ConnectTimeoutError(endpoint_url="x")):
+        error = translate(exc, "PutRecords", stream="s", timeout=2.5)
+        assert isinstance(error, RetryableError)
+        assert "timed out (no answer in 2.5 s; option 'request_timeout_seconds')" in str(error)
+
+
 def test_refused_entries_are_resent_and_kms_failures_are_permanent() -> None:
     sink = KinesisSink(options())
     answer = {

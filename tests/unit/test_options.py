@@ -34,6 +34,7 @@ class DemoOptions(CommonOptions):
     tags: tuple[str, ...] = option((), doc="Comma-separated tags")
     ratio: float = option(1.0, minimum=0, doc="A ratio")
     workers: int = option(1, minimum=1, doc="Worker count")
+    wait_timeout_seconds: float = option(30.0, positive=True, doc="A timeout")
     flag: bool = option(False, doc="A switch")
     label: str | None = option(None, doc="An optional label")
     time_key: str = option("ts", doc="Time column", aliases=("time_setter",))
@@ -142,10 +143,21 @@ def test_float_is_parsed(text: str, expected: float) -> None:
     assert parse(ratio=text).ratio == expected
 
 
-@pytest.mark.parametrize("text", ["fast", "", "nan", "NaN"])
+@pytest.mark.parametrize("text", ["fast", "", "nan", "NaN", "inf", "-inf", "Infinity"])
 def test_bad_float_names_option_and_value(text: str) -> None:
     error = parse_error({"path": "/out", "ratio": text})
     assert (error.option, error.value) == ("ratio", text)
+
+
+@pytest.mark.parametrize("text", ["0", "0.0", "-1", "-0.001", "inf", "nan"])
+def test_timeout_must_be_a_finite_number_above_zero(text: str) -> None:
+    error = parse_error({"path": "/out", "wait_timeout_seconds": text})
+    assert (error.option, error.value) == ("wait_timeout_seconds", text)
+    assert "finite number" in error.message or "above 0" in error.message
+
+
+def test_short_timeout_is_accepted() -> None:
+    assert parse(wait_timeout_seconds="0.05").wait_timeout_seconds == 0.05
 
 
 def test_int_below_minimum_is_an_error() -> None:
@@ -326,6 +338,7 @@ def test_specs_list_common_then_own_options_in_declaration_order() -> None:
         "tags",
         "ratio",
         "workers",
+        "wait_timeout_seconds",
         "flag",
         "label",
         "time_key",

@@ -61,6 +61,13 @@ def test_upsert_and_do_nothing_exclude_each_other() -> None:
         )
 
 
+@pytest.mark.parametrize("value", ["0", "5"])
+def test_the_connect_timeout_is_set_by_its_option_not_in_connect_options(value: str) -> None:
+    with pytest.raises(OptionError, match="connection_timeout_seconds") as error:
+        options(connect_options=f"sslmode=require connect_timeout={value}")
+    assert error.value.option == "connect_options"
+
+
 def test_connect_options_must_be_key_value_pairs() -> None:
     with pytest.raises(OptionError) as error:
         options(connect_options="sslrootcert=/ca.pem oops")

@@ -28,7 +28,15 @@ from quixsinks.core.errors import (
 
 from .options import BigQueryOptions
 
-__all__ = ["Clients", "clients", "credentials", "describe", "import_bigquery", "translate"]
+__all__ = [
+    "Clients",
+    "clients",
+    "credentials",
+    "describe",
+    "import_bigquery",
+    "translate",
+    "write_retry",
+]
 
 
 def import_bigquery() -> Any:
@@ -172,6 +180,25 @@ def _create(options: BigQueryOptions) -> Clients:
 _CLIENTS: ClientCache[Clients] = ClientCache("bigquery clients", lambda c: c.close())
 
 
+def write_retry(options: BigQueryOptions) -> Any:
+    """The retry of a Storage Write API call: the library's own (a passed deadline, throttling,
+    an unavailable service), for at most ``retry_timeout`` seconds. Its defaults retry for
+    10 minutes (20 for CreateWriteStream, a day for AppendRows): against a hung endpoint a
+    task would wait that long, whatever the per-call timeout."""
+    from google.api_core import exceptions as gexc
+    from google.api_core.retry import Retry, if_exception_type
+
+    return Retry(
+        initial=0.1,
+        maximum=10.0,
+        multiplier=1.3,
+        predicate=if_exception_type(
+            gexc.DeadlineExceeded, gexc.ResourceExhausted, gexc.ServiceUnavailable
+        ),
+        timeout=options.retry_timeout,
+    )
+
+
 def clients(options: BigQueryOptions) -> Clients:
     """The process's cached clients for ``options`` (made on first use)."""
     return _CLIENTS.get(client_key(options), lambda: _create(options))
@@ -223,6 +250,8 @@ def translate(exc: BaseException, where: str) -> QuixSinksError:
         )
     if isinstance(exc, (gexc.TooManyRequests, gexc.ResourceExhausted)):
         return SinkBackpressureError(5.0, f"{where}: throttled: {text}")
+    if isinstance(exc, (gexc.DeadlineExceeded, TimeoutError)):
+        return RetryableError(f"{where}: timed out ({type(exc).__name__}: {text}; {_TIMEOUTS})")
     if isinstance(
         exc,
         (
@@ -241,6 +270,8 @@ def translate(exc: BaseException, where: str) -> QuixSinksError:
     try:
         import requests
 
+        if isinstance(exc, requests.Timeout):
+            return RetryableError(f"{where}: timed out ({type(exc).__name__}; {_TIMEOUTS})")
         if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
             return RetryableError(
                 f"{where}: cannot reach BigQuery ({type(exc).__name__}); check the network "
@@ -249,6 +280,10 @@ def translate(exc: BaseException, where: str) -> QuixSinksError:
     except ImportError:  # pragma: no cover
         pass
     return DestinationError(f"{where}: {type(exc).__name__}: {text}", location=where)
+
+
+#: what bounds a call, for timeout messages
+_TIMEOUTS = "no answer within the options ddl_timeout, insert_timeout or retry_timeout"
 
 
 def _reason(exc: Any) -> str:

@@ -43,15 +43,21 @@ class BigQueryOptions(LedgerOptions):
         True, doc="Create the dataset and table when missing; add NULLABLE columns for new fields"
     )
     ddl_timeout: float = option(
-        10.0, minimum=0.1, doc="Seconds for one dataset/table request (create, get, patch)"
+        10.0,
+        positive=True,
+        doc="Seconds for one REST request (dataset/table create, get, patch; ledger reads; "
+        "query submission) and one Storage Write stream request (create, finalize, commit)",
     )
     insert_timeout: float = option(
-        10.0, minimum=0.1, doc="Seconds for one append request or query job step"
+        10.0,
+        positive=True,
+        doc="Seconds for one append request (times the requests of a batch) or query job step",
     )
     retry_timeout: float = option(
         30.0,
         minimum=0,
-        doc="Seconds the client libraries may retry one call (their defaults run to 600 s)",
+        doc="Seconds the client libraries may retry one call, REST and Storage Write (their "
+        "defaults run to 600 s, 1200 s for CreateWriteStream)",
     )
     api_endpoint: str | None = option(
         None,

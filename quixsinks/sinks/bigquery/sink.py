@@ -47,7 +47,7 @@ from quixsinks.core.errors import (
 from quixsinks.core.ledger import LedgerEntry, fence_owners, log_already_committed
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
-from .client import clients, describe, import_bigquery, translate
+from .client import clients, describe, import_bigquery, translate, write_retry
 from .options import BigQueryOptions
 from .schema import (
     LEDGER_TABLE,
@@ -379,19 +379,21 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
         parent = f"projects/{project}/datasets/{dataset}/tables/{table}"
         where = f"bigquery table {table_id}"
         chunks = list(_chunks(data, opts.max_request_bytes))
+        retry = write_retry(opts)
         try:
             stream = write.create_write_stream(
                 parent=parent,
                 write_stream=types.WriteStream(type_=types.WriteStream.Type.PENDING),
                 timeout=opts.ddl_timeout,
+                retry=retry,
             )
             requests = _requests(stream.name, data.schema, chunks)
             responses = write.append_rows(
-                requests, timeout=opts.insert_timeout * max(1, len(chunks))
+                requests, timeout=opts.insert_timeout * max(1, len(chunks)), retry=retry
             )
             for response in responses:
                 _check_append(response, where)
-            write.finalize_write_stream(name=stream.name, timeout=opts.ddl_timeout)
+            write.finalize_write_stream(name=stream.name, timeout=opts.ddl_timeout, retry=retry)
         except QuixSinksError:
             raise
         except Exception as exc:
@@ -507,13 +509,17 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
         parent = f"projects/{project}/datasets/{dataset}/tables/{table}"
         where = f"bigquery table {table_id}"
         try:
+            retry = write_retry(self.options)
             response = write.batch_commit_write_streams(
                 request=types.BatchCommitWriteStreamsRequest(parent=parent, write_streams=names),
                 timeout=self.options.ddl_timeout,
+                retry=retry,
             )
             failed = [e.entity for e in response.stream_errors]
             for name in failed:
-                stream = write.get_write_stream(name=name, timeout=self.options.ddl_timeout)
+                stream = write.get_write_stream(
+                    name=name, timeout=self.options.ddl_timeout, retry=retry
+                )
                 if not stream.commit_time:
                     raise CommitError(
                         f"{where}: BigQuery did not commit the write stream {name}: "

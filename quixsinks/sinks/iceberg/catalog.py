@@ -5,6 +5,11 @@ embedded default: a SQLite ``SqlCatalog`` in the warehouse directory; S3 and Glu
 credentials under pyiceberg's property names; ``catalog.<key>`` pass-through last).
 Files are read and written with pyiceberg's pyarrow FileIO unless ``catalog.py-io-impl``
 says otherwise.
+
+Every call to a REST or Glue catalog has a timeout (``catalog_timeout_seconds``): a REST
+catalog is a :class:`~quixsinks.sinks.iceberg.rest.TimeoutRestCatalog` (pyiceberg sets no
+timeout on its HTTP calls), and a Glue catalog's boto3 client gets botocore's connect and
+read timeouts through a botocore session whose default client config carries them.
 """
 
 from __future__ import annotations
@@ -16,14 +21,27 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from quixsinks.core.clients import connect_timeout
 from quixsinks.core.errors import MissingDependencyError
 
 from .options import IcebergOptions, is_secret_property
 
-__all__ = ["catalog_properties", "import_pyiceberg", "load_catalog", "load_io", "scrub"]
+__all__ = [
+    "TIMEOUT_PROPERTY",
+    "catalog_properties",
+    "import_pyiceberg",
+    "is_timeout",
+    "load_catalog",
+    "load_io",
+    "scrub",
+]
 
 # the oldest pyarrow pyiceberg's writer works with (pyiceberg[pyarrow] declares it too)
 PYARROW_FLOOR = 17
+
+#: catalog property of :class:`~quixsinks.sinks.iceberg.rest.TimeoutRestCatalog`: the seconds
+#: of ``catalog_timeout_seconds``
+TIMEOUT_PROPERTY = "quixsinks.timeout-seconds"
 
 _LOCK = threading.Lock()
 _CATALOGS: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -80,6 +98,7 @@ def catalog_properties(opts: IcebergOptions) -> dict[str, str]:
     if opts.aws_endpoint_url is not None and opts.aws_endpoint_url.startswith("http://"):
         props.setdefault("s3.force-virtual-addressing", "false")
     props["py-io-impl"] = "pyiceberg.io.pyarrow.PyArrowFileIO"
+    props[TIMEOUT_PROPERTY] = f"{opts.catalog_timeout_seconds:g}"
     props.update(passthrough)
     return props
 
@@ -103,9 +122,32 @@ def load_catalog(opts: IcebergOptions) -> Any:
             from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
             prepare_warehouse(opts)
-            catalog = pyiceberg_load_catalog(opts.catalog_name, **props)
+            if props.get("type") == "rest" and "py-catalog-impl" not in props:
+                from .rest import TimeoutRestCatalog
+
+                rest = {k: v for k, v in props.items() if k != "type"}
+                catalog = TimeoutRestCatalog(opts.catalog_name, **rest)
+            elif props.get("type") == "glue":
+                glue = {**props, "botocore_session": _botocore_session(opts)}
+                catalog = pyiceberg_load_catalog(opts.catalog_name, **glue)
+            else:
+                catalog = pyiceberg_load_catalog(opts.catalog_name, **props)
             _CATALOGS[key] = catalog
         return catalog
+
+
+def _botocore_session(opts: IcebergOptions) -> Any:
+    """A botocore session whose clients have the catalog's connect and read timeouts
+    (pyiceberg's Glue client merges its retry settings into this default config)."""
+    import botocore.session
+    from botocore.config import Config
+
+    seconds = opts.catalog_timeout_seconds
+    session = botocore.session.get_session()
+    session.set_default_client_config(
+        Config(connect_timeout=connect_timeout(seconds), read_timeout=seconds)
+    )
+    return session
 
 
 def forget_catalog(opts: IcebergOptions) -> None:
@@ -125,6 +167,25 @@ def load_io(properties: tuple[tuple[str, str], ...], location: str) -> Any:
             io = load_file_io(dict(properties), location)
             _IOS[properties] = io
         return io
+
+
+def is_timeout(exc: BaseException | None) -> bool:
+    """Whether a catalog call failed for want of an answer in time (a requests timeout of a
+    REST catalog, a botocore one of Glue)."""
+    if isinstance(exc, TimeoutError):
+        return True
+    try:
+        import requests
+
+        if isinstance(exc, requests.Timeout):
+            return True
+    except ImportError:  # pragma: no cover - pyiceberg depends on requests
+        pass
+    try:
+        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+    except ImportError:
+        return False
+    return isinstance(exc, (ConnectTimeoutError, ReadTimeoutError))
 
 
 def scrub(text: str, opts: IcebergOptions) -> str:

@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quixsinks.core.errors import CommitError, QuixSinksError
+from quixsinks.core.errors import CommitError, QuixSinksError, timed_out
 from quixsinks.core.ledger import Ledger, log_already_committed
 from quixsinks.core.sink import CommitContext
 
+from .catalog import is_timeout
 from .ledger import SnapshotLedgerStore, summary_properties
 
 __all__ = ["AppendOutcome", "append_once"]
@@ -57,6 +58,7 @@ def append_once(
     scrub: Callable[[str], str] = str,
     forget_client: Callable[[], None] = lambda: None,
     sink: str = "iceberg",
+    timeout_seconds: float | None = None,
 ) -> AppendOutcome:
     """Commit ``files`` (pyiceberg ``DataFile`` entries) as one snapshot of this batch,
     unless the table's ledger already holds the batch.
@@ -67,6 +69,7 @@ def append_once(
         scrub: takes secrets out of an error's text before it is logged or raised.
         forget_client: drops a cached catalog client after a transport error.
         sink: the sink's name, first word of every log line and error.
+        timeout_seconds: ``catalog_timeout_seconds``, named when the last attempt timed out.
 
     Raises:
         LedgerFenceError: another streaming query owns the sink id.
@@ -131,8 +134,10 @@ def append_once(
         table.metadata = response.metadata
         table.metadata_location = response.metadata_location
         return AppendOutcome(table, already_committed=False)
+    reason = scrub(f"{type(last).__name__}: {last}")
+    if timeout_seconds is not None and is_timeout(last):
+        reason = f"{timed_out(timeout_seconds, 'catalog_timeout_seconds')}: {reason}"
     raise CommitError(
         f"{sink}: batch {context.batch_id} was not committed to {table_name} after "
-        f"{max_attempts} attempts (commit_max_attempts): "
-        f"{scrub(f'{type(last).__name__}: {last}')}"
+        f"{max_attempts} attempts (commit_max_attempts): {reason}"
     )

@@ -116,6 +116,12 @@ class IcebergOptions(LedgerOptions):
         doc="The catalog's URI: a SQLAlchemy URL for sql (default: a SQLite file "
         "catalog.db in the warehouse directory), the server's URL for rest",
     )
+    catalog_timeout_seconds: float = option(
+        60.0,
+        positive=True,
+        doc="rest and glue: seconds to wait for the catalog to answer one request (and, "
+        "at most 10 of them, to connect); a hung catalog fails the write or the commit",
+    )
     warehouse: str | None = option(
         None,
         aliases=("aws_s3_uri",),

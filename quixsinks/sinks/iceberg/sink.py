@@ -37,10 +37,18 @@ from quixsinks.core.errors import (
     OptionError,
     QuixSinksError,
     RecordError,
+    timed_out,
 )
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
-from .catalog import catalog_properties, forget_catalog, import_pyiceberg, load_catalog, load_io
+from .catalog import (
+    catalog_properties,
+    forget_catalog,
+    import_pyiceberg,
+    is_timeout,
+    load_catalog,
+    load_io,
+)
 from .catalog import scrub as _scrub
 from .commit import append_once
 from .ledger import SnapshotLedgerStore
@@ -52,6 +60,9 @@ from .quix_layout import conform_schema, layout_schema, layout_table
 __all__ = ["IcebergSink", "TablePlan"]
 
 logger = logging.getLogger("quixsinks.sinks.iceberg")
+
+#: the option that bounds every catalog call (named in timeout errors)
+TIMEOUT_OPTION = "catalog_timeout_seconds"
 
 #: table properties of the tables this sink creates
 NEW_TABLE_PROPERTIES = {
@@ -159,6 +170,8 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
 
     def _catalog_error(self, exc: BaseException, what: str) -> DestinationError:
         text = _scrub(f"{type(exc).__name__}: {exc}", self.options)
+        if is_timeout(exc):
+            text = f"{timed_out(self.options.catalog_timeout_seconds, TIMEOUT_OPTION)}: {text}"
         return DestinationError(
             f"iceberg: {what} failed for {self._where()}: {text}", location=self._where()
         )
@@ -227,6 +240,10 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                     table = self._create(catalog, schema)
                 except TableAlreadyExistsError:
                     continue
+                except QuixSinksError:
+                    raise
+                except Exception as exc:
+                    raise self._catalog_error(exc, "creating the table") from None
             except QuixSinksError:
                 raise
             except Exception as exc:
@@ -249,6 +266,9 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             }
         )
         io_props = {**catalog_properties(self.options), **dict(table.io.properties)}
+        # properties travel to the executors as text; objects (the Glue catalog's botocore
+        # session) stay on the driver
+        io_props = {k: v for k, v in io_props.items() if isinstance(v, str)}
         return TablePlan(meta.model_dump_json(), tuple(sorted(io_props.items())), table.location())
 
     def _create(self, catalog: Any, schema: pa.Schema) -> Any:
@@ -336,6 +356,8 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             update.commit()
         except CommitFailedException:
             return False
+        except Exception as exc:
+            raise self._catalog_error(exc, "evolving the schema") from None
         logger.info("iceberg: evolved the schema of %s: %s", opts.table_name, "; ".join(changes))
         return True
 
@@ -446,6 +468,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             overwrite=self.overwrite,
             scrub=lambda text: _scrub(text, opts),
             forget_client=lambda: forget_catalog(opts),
+            timeout_seconds=opts.catalog_timeout_seconds,
         )
         if outcome.already_committed:
             # this attempt's data files are not in the table: delete those it does not name

@@ -37,6 +37,7 @@ from quixsinks.core.errors import (
     RecordError,
     RetryableError,
     SinkBackpressureError,
+    timed_out,
 )
 from quixsinks.core.sink import Sink
 
@@ -64,8 +65,11 @@ def _retry_after(value: Any) -> float | None:
         return None  # an HTTP date: use our own backoff
 
 
-def translate(exc: Exception, where: str, *, retention_ok: bool) -> QuixSinksError | None:
-    """The quixsinks error for a failed write; None for a 422 retention skip."""
+def translate(
+    exc: Exception, where: str, *, retention_ok: bool, timeout_ms: int | None = None
+) -> QuixSinksError | None:
+    """The quixsinks error for a failed write; None for a 422 retention skip.
+    ``timeout_ms``: ``request_timeout_ms``, named when the request timed out."""
     response = getattr(exc, "response", None)
     status = getattr(response, "status", None)
     message = str(getattr(exc, "message", None) or exc).strip()
@@ -95,9 +99,24 @@ def translate(exc: Exception, where: str, *, retention_ok: bool) -> QuixSinksErr
         return RecordError(f"{text}")
     if status is not None and status >= 500:
         return RetryableError(text)
+    if status is None and timeout_ms is not None and _is_timeout(exc):
+        limit = timed_out(timeout_ms / 1000, "request_timeout_ms")
+        return RetryableError(f"{where}: {limit}: {message}")
     if status is None:
         return RetryableError(f"{where}: cannot reach the server: {message}")
     return DestinationError(text, location=where)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """No answer in time: urllib3's timeouts (the client's), or the socket's (the ping's)."""
+    kinds: tuple[type[BaseException], ...] = (TimeoutError,)
+    try:
+        import urllib3.exceptions
+
+        kinds = (TimeoutError, urllib3.exceptions.TimeoutError)
+    except ImportError:  # pragma: no cover - the client depends on urllib3
+        pass
+    return isinstance(exc, kinds) or isinstance(getattr(exc, "reason", None), kinds)
 
 
 def is_server_error(exc: Exception) -> bool:
@@ -260,6 +279,9 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
                 ) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if _is_timeout(exc):
+                limit = timed_out(opts.request_timeout_ms / 1000, "request_timeout_ms")
+                raise DestinationError(f"{opts.host}: ping {limit}", location=opts.host) from None
             raise DestinationError(
                 f"{opts.host}: cannot reach the server: {reason}", location=opts.host
             ) from None
@@ -358,7 +380,10 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
                 raise
             where = f"{self.options.host} database {self.options.database}"
             error = translate(
-                exc, where, retention_ok=not self.options.raise_on_retention_violation
+                exc,
+                where,
+                retention_ok=not self.options.raise_on_retention_violation,
+                timeout_ms=self.options.request_timeout_ms,
             )
             if error is None:
                 self.logger.warning(

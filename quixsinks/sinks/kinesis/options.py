@@ -97,7 +97,9 @@ class KinesisOptions(CommonOptions):
         500, minimum=1, doc="Records per PutRecords request (Kinesis allows at most 500)"
     )
     request_timeout_seconds: float = option(
-        30.0, minimum=0.001, doc="Seconds to wait for an answer to one request"
+        30.0,
+        positive=True,
+        doc="Seconds to wait for an answer to one request (and, at most 10 of them, to connect)",
     )
 
     def validate(self) -> None:

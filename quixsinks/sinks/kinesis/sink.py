@@ -42,6 +42,7 @@ from quixsinks.core.errors import (
     RecordError,
     RetryableError,
     SinkBackpressureError,
+    timed_out,
 )
 from quixsinks.core.formats import csv_keys, json_objects
 from quixsinks.core.options import load_callable
@@ -105,8 +106,16 @@ def import_client() -> Any:
     return boto3
 
 
-def translate(exc: Exception, where: str, *, stream: str, secrets: Sequence[str] = ()) -> Exception:
-    """The quixsinks error for a failed Kinesis call (botocore's error, or ours unchanged)."""
+def translate(
+    exc: Exception,
+    where: str,
+    *,
+    stream: str,
+    secrets: Sequence[str] = (),
+    timeout: float | None = None,
+) -> Exception:
+    """The quixsinks error for a failed Kinesis call (botocore's error, or ours unchanged);
+    ``timeout``: ``request_timeout_seconds``, named when the call timed out."""
     if isinstance(exc, QuixSinksError):
         return exc
     try:
@@ -155,6 +164,10 @@ def translate(exc: Exception, where: str, *, stream: str, secrets: Sequence[str]
         return OptionError(
             f"{where}: no AWS region; set 'region_name' (or AWS_REGION)", option="region_name"
         )
+    if isinstance(exc, (bex.ConnectTimeoutError, bex.ReadTimeoutError)):
+        # no answer in time (the records may have landed: the resend has the same dedupe ids)
+        limit = "timed out" if timeout is None else timed_out(timeout, "request_timeout_seconds")
+        return RetryableError(f"{where}: {limit}: {scrub(str(exc))}")
     if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError)):
         # refused, timed out or dropped connections (a dropped answer too: the records may
         # have landed; the resend duplicates them, with the same dedupe ids)
@@ -331,6 +344,7 @@ class KinesisSink(Sink[KinesisOptions, None]):
                 what,
                 stream=opts.stream_name,
                 secrets=[s for s in (opts.aws_secret_access_key, opts.aws_session_token) if s],
+                timeout=opts.request_timeout_seconds,
             )
             if error is exc:
                 raise

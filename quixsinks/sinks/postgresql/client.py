@@ -22,6 +22,7 @@ connection status instead (server unreachable: retryable).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from quixsinks.core.errors import (
@@ -32,6 +33,7 @@ from quixsinks.core.errors import (
     QuixSinksError,
     RecordError,
     RetryableError,
+    timed_out,
 )
 
 from .options import PostgreSQLOptions, parse_conninfo
@@ -128,7 +130,15 @@ def connect(options: PostgreSQLOptions) -> Any:
         )
         if part
     )
+    started = time.monotonic()
     try:
         return psycopg2.connect(**params)
     except psycopg2.Error as exc:
-        raise translate(exc, describe(options), connecting=True) from None
+        error = translate(exc, describe(options), connecting=True)
+        seconds = options.connection_timeout_seconds
+        if isinstance(error, RetryableError) and time.monotonic() - started >= min(2, seconds):
+            # libpq gives no code for its "timeout expired"; the time spent tells it apart
+            # from a refused connection (immediate)
+            limit = timed_out(max(2, seconds), "connection_timeout_seconds")
+            error = RetryableError(error.message.replace("cannot connect:", f"{limit}:", 1))
+        raise error from None

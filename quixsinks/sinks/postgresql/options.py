@@ -33,7 +33,12 @@ class PostgreSQLOptions(LedgerOptions):
     schema_auto_update: bool = option(
         True, doc="Create missing tables and add missing nullable columns"
     )
-    connection_timeout_seconds: int = option(30, minimum=1, doc="Connect timeout")
+    connection_timeout_seconds: int = option(
+        30,
+        minimum=1,
+        doc="Seconds to wait for a connection: TCP, TLS, authentication and the first answer "
+        "(libpq's connect_timeout; it waits at least 2)",
+    )
     statement_timeout_seconds: int = option(
         30, minimum=0, doc="statement_timeout of every session (0: none)"
     )
@@ -134,7 +139,15 @@ class PostgreSQLOptions(LedgerOptions):
                     option=name,
                     value=value,
                 )
-        parse_conninfo(self.connect_options)
+        extra = parse_conninfo(self.connect_options)
+        if "connect_timeout" in extra:
+            raise OptionError(
+                "option 'connect_options': set the connect timeout with "
+                "'connection_timeout_seconds', not connect_timeout (a connect_timeout of 0 "
+                "would wait forever)",
+                option="connect_options",
+                value="***",
+            )
 
     @property
     def exactly_once(self) -> bool:

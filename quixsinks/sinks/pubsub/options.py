@@ -75,12 +75,15 @@ class PubSubOptions(CommonOptions):
     )
     flush_timeout: float = option(
         5.0,
-        minimum=0.001,
+        positive=True,
         doc="Seconds to wait for the outstanding publishes of one round; those not done then "
         "are resent under the retry policy",
     )
     publish_timeout: float = option(
-        10.0, minimum=0.001, doc="Deadline of one publish request (gRPC), in seconds"
+        10.0,
+        positive=True,
+        doc="Deadline of one gRPC request (publish, and the topic check before any task), "
+        "in seconds: connecting and the answer included",
     )
     max_messages: int = option(
         MAX_REQUEST_MESSAGES,

@@ -55,6 +55,7 @@ from quixsinks.core.errors import (
     OptionError,
     RecordError,
     RetryableError,
+    timed_out,
 )
 from quixsinks.core.formats import csv_keys, json_objects
 from quixsinks.core.options import load_callable
@@ -260,7 +261,9 @@ class PubSubSink(Sink[PubSubOptions, None]):
                 self.topic_path,
             )
         except gexc.GoogleAPICallError as exc:
-            raise _translate(exc, self.topic_path, self._not_found) from None
+            raise _translate(
+                exc, self.topic_path, self._not_found, timeout=self.options.publish_timeout
+            ) from None
 
     def _not_found(self) -> PubSubTopicNotFoundError:
         return PubSubTopicNotFoundError(
@@ -731,11 +734,16 @@ def _translate(
     not_found: Callable[[], PubSubTopicNotFoundError],
     *,
     row: int | None = None,
+    timeout: float | None = None,
 ) -> Exception:
-    """A publish (or get_topic) failure that is not retried, as a quixsinks error."""
+    """A publish (or get_topic) failure that is not retried, as a quixsinks error;
+    ``timeout``: the ``publish_timeout`` of the call, named when its deadline passed."""
     kind = type(error).__name__
     if kind == "NotFound":
         return not_found()
+    if kind == "DeadlineExceeded" and timeout is not None:
+        limit = timed_out(timeout, "publish_timeout")
+        return DestinationError(f"pubsub: {topic} {limit}: {kind}: {error}", location=topic)
     if kind in _DENIED:
         return DestinationAccessDeniedError(
             f"pubsub: the credentials may not publish to {topic} ({kind}: {error}); check "

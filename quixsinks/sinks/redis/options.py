@@ -57,7 +57,7 @@ class RedisOptions(LedgerOptions):
         doc="redis:// or rediss:// URL instead of host, port, db, username and password",
     )
     socket_timeout: float = option(
-        30.0, minimum=0.001, doc="Seconds to wait for the server (connect, send, reply)"
+        30.0, positive=True, doc="Seconds to wait for the server (connect, send, reply)"
     )
     ssl: bool = option(False, doc="Connect with TLS (as a rediss:// URL does)")
     ssl_ca_certs: str | None = option(None, doc="CA bundle file that verifies the server")

@@ -45,6 +45,7 @@ from quixsinks.core.errors import (
     QuixSinksError,
     RecordError,
     RetryableError,
+    timed_out,
 )
 from quixsinks.core.formats import json_column, json_object_pieces, json_objects
 from quixsinks.core.ledger import fence_owners, log_already_committed
@@ -279,6 +280,14 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
 
     # ------------------------------------------------------------------ connections
 
+    def _connection_error(self, exc: BaseException) -> RetryableError:
+        """A refused, lost or unanswered connection: retryable; a timeout says so."""
+        redis = import_client()
+        if isinstance(exc, (redis.TimeoutError, TimeoutError)):
+            limit = timed_out(self.options.socket_timeout, "socket_timeout")
+            return RetryableError(f"{self._where()}: {limit} ({exc})")
+        return RetryableError(f"{self._where()}: connection failed: {exc}")
+
     def _where(self) -> str:
         opts = self.options
         if opts.url:
@@ -363,7 +372,7 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             if conn is not None:
                 conn.disconnect()
-            raise RetryableError(f"{self._where()}: connection failed: {exc}") from None
+            raise self._connection_error(exc) from None
         finally:
             if conn is not None:
                 pool.release(conn)
@@ -593,7 +602,7 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
         except redis.ResponseError as exc:
             raise _reply_error(str(exc), self._where()) from None
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise RetryableError(f"{self._where()}: connection failed: {exc}") from None
+            raise self._connection_error(exc) from None
 
     def _cluster_send(self, commands: Commands, rows_per_pipeline: int) -> None:
         """Cluster: each row to the node serving its key's hash slot, in pipelines per node
@@ -1000,7 +1009,7 @@ def _exchange(windows: list[Window], conn: Any, simple: bool = False) -> list[tu
         try:
             data = sock.recv(1 << 20)
         except TimeoutError as exc:
-            raise OSError(f"no reply within socket_timeout: {exc}") from None
+            raise TimeoutError(f"no reply within socket_timeout: {exc}") from None
         if not data:
             raise OSError("the server closed the connection")
         if not counting:

@@ -39,9 +39,16 @@ from quixsinks.core.errors import (
     DestinationNotFoundError,
     OptionError,
     QuixSinksError,
+    timed_out,
 )
 from quixsinks.core.sink import CommitContext
-from quixsinks.sinks.iceberg.catalog import forget_catalog, import_pyiceberg, load_catalog, scrub
+from quixsinks.sinks.iceberg.catalog import (
+    forget_catalog,
+    import_pyiceberg,
+    is_timeout,
+    load_catalog,
+    scrub,
+)
 from quixsinks.sinks.iceberg.commit import append_once
 from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore
 from quixsinks.sinks.iceberg.maintenance import expire_old_snapshots
@@ -146,6 +153,7 @@ class CatalogTable:
             "catalog_uri": str(options.catalog_url),
             "create_namespace": "true",
             "commit_max_attempts": str(options.catalog_commit_max_attempts),
+            "catalog_timeout_seconds": repr(options.catalog_timeout_seconds),
         }
         if options.catalog_auth_token:
             props["catalog.token"] = options.catalog_auth_token
@@ -187,6 +195,9 @@ class CatalogTable:
         token = self.options.catalog_auth_token
         if token:
             text = text.replace(token, "***")
+        if is_timeout(exc):
+            seconds = self.options.catalog_timeout_seconds
+            text = f"{timed_out(seconds, 'catalog_timeout_seconds')}: {text}"
         return DestinationError(
             f"tsdatalake: {what} in the catalog at {self.options.catalog_url} failed: {text}",
             location=str(self.options.catalog_url),
@@ -395,6 +406,7 @@ class CatalogTable:
             scrub=lambda text: scrub(text, self.iceberg),
             forget_client=lambda: forget_catalog(self.iceberg),
             sink="tsdatalake",
+            timeout_seconds=self.options.catalog_timeout_seconds,
         )
         expire_old_snapshots(
             outcome.table,

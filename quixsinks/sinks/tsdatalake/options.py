@@ -58,6 +58,12 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
         "micro-batch's files are registered in one snapshot, exactly once (see the docs page)",
     )
     catalog_auth_token: str | None = option(None, secret=True, doc="Bearer token for catalog_url")
+    catalog_timeout_seconds: float = option(
+        60.0,
+        positive=True,
+        doc="With catalog_url: seconds to wait for the catalog to answer one request (and, at "
+        "most 10 of them, to connect); a hung catalog fails the write or the commit",
+    )
     auto_discover: bool = option(
         True,
         doc="With catalog_url: use the catalog's table when it exists, else create it; "
