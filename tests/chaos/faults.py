@@ -38,6 +38,7 @@ from quixsinks.testing import kill_at_random
 
 from ..integration.streams import write_input_files
 from ..services.ack_faults import LostAckProxy
+from ..services.blackhole import BlackHole
 from .targets import Cell, Target
 from .workload import stream
 
@@ -330,43 +331,6 @@ class DiskFull(Fault):
         if "space" not in error.lower():
             return f"a full disk did not fail the run with a no-space error: {error}"
         return None
-
-
-class BlackHole:
-    """A listener on 127.0.0.1 that accepts connections and never answers."""
-
-    host = "127.0.0.1"
-
-    def __init__(self) -> None:
-        import socket
-
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._held: list[Any] = []
-        self._closed = threading.Event()
-
-    @property
-    def port(self) -> int:
-        return int(self._listener.getsockname()[1])
-
-    def __enter__(self) -> BlackHole:
-        self._listener.bind((self.host, 0))
-        self._listener.listen(64)
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            self._held.append(conn)
-
-    def __exit__(self, *exc: object) -> None:
-        self._closed.set()
-        self._listener.close()
-        for conn in self._held:
-            conn.close()
 
 
 FAULTS: dict[str, Fault] = {

@@ -375,11 +375,15 @@ class S3FileTarget(_OnServer):
     ack = (b"If-None-Match", b"")
     not_built = {
         "server-crash": _IN_MEMORY,
-        "hung-server": "tests/integration/test_hung_server.py points the S3 client at a black hole",
         "disk-full": _THEIR_DISK,
     }
 
     server: MotoServer
+    impatient = {
+        "storage_timeout_seconds": "2",
+        "retry_max_attempts": "2",
+        "retry_backoff_seconds": "0.1",
+    }
 
     def options(self, cell: Cell) -> dict[str, str]:
         bucket = f"qs-{cell.name}"
