@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
+from typing import Any
 
+from ..services.azurite import AzuriteServer
+from ..services.gcs_emulator import GCSEmulator
 from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
 from ..services.moto import MotoServer
@@ -18,10 +21,10 @@ from .targets import (
     IcebergTarget,
     InfluxTarget,
     KinesisTarget,
+    ObjectStoreTarget,
     PostgresTarget,
     PubSubTarget,
     RedisTarget,
-    S3FileTarget,
     Target,
     TsDataLakeTarget,
 )
@@ -56,11 +59,15 @@ def build(
     kinesis: KinesaliteServer,
     s3: MotoServer,
     pubsub: PubSubEmulator,
+    azure: Any,
+    gcs: Any,
 ) -> list[Target]:
     """Every row, on servers already running."""
     return [
         FileTarget(),
-        S3FileTarget(s3),
+        ObjectStoreTarget(s3, "s3"),
+        ObjectStoreTarget(azure, "azure"),
+        ObjectStoreTarget(gcs, "gcs"),
         CsvTarget(),
         *(PostgresTarget(postgres, mode) for mode in ("exactly-once", "prepared", "direct")),
         *(RedisTarget(redis, data_type) for data_type in ("string", "list")),
@@ -83,12 +90,14 @@ def targets(stack: contextlib.ExitStack) -> tuple[dict[str, str], list[Target]]:
     kinesis = stack.enter_context(KinesaliteServer())
     s3 = stack.enter_context(MotoServer())
     pubsub = stack.enter_context(PubSubEmulator())
+    azure = stack.enter_context(AzuriteServer())
+    gcs = stack.enter_context(GCSEmulator())
     versions = {
         "PostgreSQL": _version([str(postgres.pg_bin / "postgres"), "--version"]),
         "Redis": _version([redis.binary, "--version"]),
     }
     versions["InfluxDB 1.x (InfluxDB 3 stand-in)"] = _version([str(influx.influxd), "version"])
-    return versions, build(postgres, redis, influx, kinesis, s3, pubsub)
+    return versions, build(postgres, redis, influx, kinesis, s3, pubsub, azure, gcs)
 
 
 def _version(command: list[str]) -> str:

@@ -22,7 +22,6 @@ from ..integration.streams import read_jsonl_ids
 from ..services.ack_faults import PG_COMMIT
 from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
-from ..services.moto import MotoServer
 from ..services.postgres import PostgresServer
 from ..services.pubsub_emulator import PubSubEmulator
 from ..services.redis_server import RedisServer
@@ -34,10 +33,10 @@ __all__ = [
     "IcebergTarget",
     "InfluxTarget",
     "KinesisTarget",
+    "ObjectStoreTarget",
     "PostgresTarget",
     "PubSubTarget",
     "RedisTarget",
-    "S3FileTarget",
     "Target",
     "TsDataLakeTarget",
 ]
@@ -364,54 +363,99 @@ class KinesisTarget(_OnServer):
         return {**options, "endpoint_url": f"http://{host}:{port}"}
 
 
-class S3FileTarget(_OnServer):
-    """The `file` sink (JSON Lines) on moto's S3 server, a bucket of its own per cell."""
+class ObjectStoreTarget(_OnServer):
+    """The `file` sink (JSON Lines) on an object store's test server (moto's S3, Azurite,
+    the GCS emulator's front), a bucket or container of its own per cell, read back through
+    quixsinks' own Destination."""
 
-    name = "file (S3, JSON)"
     fmt = "file"
     guarantee = "exactly-once"
     docs = "sinks/file.md"
-    # the create-only PUT of the batch's marker: whoever holds it publishes the batch
-    ack = (b"If-None-Match", b"")
     not_built = {
         "server-crash": _IN_MEMORY,
         "disk-full": _THEIR_DISK,
     }
-
-    server: MotoServer
     impatient = {
         "storage_timeout_seconds": "2",
         "retry_max_attempts": "2",
         "retry_backoff_seconds": "0.1",
     }
+    #: the create-only upload of a batch's marker (whoever holds it publishes the batch)
+    _MARKERS = {"s3": b"If-None-Match", "azure": b"If-None-Match", "gcs": b"ifGenerationMatch=0"}
+    _NAMES = {
+        "s3": "file (S3, JSON)",
+        "azure": "file (Azure Blob, JSON)",
+        "gcs": "file (GCS, JSON)",
+    }
+
+    def __init__(self, server: Any, kind: str) -> None:
+        super().__init__(server)
+        self.kind = kind
+        self.name = self._NAMES[kind]
+        self.ack = (self._MARKERS[kind], b"")
 
     def options(self, cell: Cell) -> dict[str, str]:
-        bucket = f"qs-{cell.name}"
-        self.server.create_bucket(bucket)
-        credentials = {k: str(v) for k, v in self.server.options().items() if v}
-        return {"path": f"s3://{bucket}/out", "format": "json", **credentials}
+        name = f"qs-{cell.name}"
+        if self.kind == "azure":
+            self.server.create_container(name)
+        else:
+            self.server.create_bucket(name)
+        return self._options(cell)
+
+    def _options(self, cell: Cell) -> dict[str, str]:
+        """The sink's options for the cell's bucket (created by :meth:`options`)."""
+        name = f"qs-{cell.name}"
+        if self.kind == "s3":
+            credentials = {k: str(v) for k, v in self.server.options().items() if v}
+            return {"path": f"s3://{name}/out", "format": "json", **credentials}
+        if self.kind == "azure":
+            connection = self.server.connection_string()
+            return {
+                "path": f"az://{name}/out",
+                "format": "json",
+                "azure_connection_string": connection,
+            }
+        opts = self.server.options()
+        return {
+            "path": f"gs://{name}/out",
+            "format": "json",
+            "gcs_endpoint": opts["endpoint"],
+            "service_account_json": opts["service_account_json"],
+        }
+
+    def _destination(self, cell: Cell) -> Any:
+        from quixsinks.core.destinations import destination_for
+        from quixsinks.sinks.file import FileOptions
+
+        options = self._options(cell)
+        return destination_for(options["path"], FileOptions.from_options(options))
 
     def read_ids(self, cell: Cell) -> list[int]:
-        client = self.server.client()
-        bucket = f"qs-{cell.name}"
+        destination = self._destination(cell)
         ids = []
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/")
-        for page in pages:
-            for item in page.get("Contents", []):
-                key = item["Key"]
-                if key.endswith(".jsonl") and "/" not in key.removeprefix("out/"):
-                    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-                    ids.extend(json.loads(line)["_value"]["id"] for line in body.splitlines())
+        for key in destination.list(""):
+            if key.endswith(".jsonl") and "/" not in key:
+                lines = destination.read_bytes(key).splitlines()
+                ids.extend(json.loads(line)["_value"]["id"] for line in lines)
         return ids
 
     def leftovers(self, cell: Cell) -> list[str]:
         """Staged objects left behind (there should be none)."""
-        client = self.server.client()
-        page = client.list_objects_v2(Bucket=f"qs-{cell.name}", Prefix="out/_quixsinks/staging/")
-        return [item["Key"] for item in page.get("Contents", [])]
+        return list(self._destination(cell).list("_quixsinks/staging"))
+
+    def endpoint(self) -> tuple[str, int]:
+        url = self.server.url if self.kind != "azure" else self.server.account_url
+        host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
+        return host, int(port)
 
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
-        return {**options, "endpoint_url": f"http://{host}:{port}"}
+        """The store's endpoint replaced (GCS's token endpoint, in the service account
+        key, is left alone: the fault is the storage API's)."""
+        old = "{}:{}".format(*self.endpoint())
+        endpoints = ("endpoint_url", "azure_connection_string", "gcs_endpoint")
+        return {
+            k: v.replace(old, f"{host}:{port}") if k in endpoints else v for k, v in options.items()
+        }
 
 
 class IcebergTarget(Target):

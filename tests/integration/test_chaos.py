@@ -24,11 +24,22 @@ def test_a_quick_cell_keeps_the_claimed_guarantee(
     kinesalite: Any,
     s3_server: Any,
     pubsub_emulator: Any,
+    azurite: Any,
+    gcs_server: Any,
     tmp_path: Path,
     target_name: str,
     fault_name: str,
 ) -> None:
-    targets = build(postgres, redis_server, influx_server, kinesalite, s3_server, pubsub_emulator)
+    targets = build(
+        postgres,
+        redis_server,
+        influx_server,
+        kinesalite,
+        s3_server,
+        pubsub_emulator,
+        azurite,
+        gcs_server,
+    )
     target = next(t for t in targets if t.name == target_name)
     result = run_cell(spark, target, FAULTS[fault_name], tmp_path / "cell")
     assert result.verdict == "ok", result
