@@ -60,7 +60,17 @@ class InfluxDB3Options(CommonOptions):
     )
     enable_gzip: bool = option(True, doc="gzip request bodies (level 1: fast)")
     request_timeout_ms: int = option(10_000, minimum=1, doc="HTTP timeout of one request")
-    verify_ssl: bool = option(True, doc="Verify the server's TLS certificate")
+    verify_ssl: bool = option(
+        True,
+        doc="Verify the server's TLS certificate and host name (every request, the start-up "
+        "ping included); false: encrypted but unauthenticated, for tests only",
+    )
+    ssl_ca_cert: str | None = option(
+        None,
+        doc="CA bundle file (PEM) to verify the server's certificate with, for a private or "
+        "self-signed CA; default: the system's CAs. The path must exist on the driver and "
+        "on every executor",
+    )
     raise_on_retention_violation: bool = option(
         False, doc="HTTP 422 (points outside the retention period): fail instead of skipping"
     )
@@ -78,6 +88,13 @@ class InfluxDB3Options(CommonOptions):
                 "influxdb3: 'measurement' is empty", option="measurement", value=self.measurement
             )
         check_names(self.tags_keys, self.fields_keys)
+        if self.ssl_ca_cert is not None and not self.verify_ssl:
+            raise OptionError(
+                "influxdb3: 'ssl_ca_cert' is given but verify_ssl=false switches certificate "
+                "verification off; remove one of them",
+                option="ssl_ca_cert",
+                value=self.ssl_ca_cert,
+            )
         if not self.host.startswith(("http://", "https://")):
             raise OptionError(
                 f"influxdb3: 'host' must be an http:// or https:// URL, got {self.host!r}",
