@@ -36,7 +36,8 @@ def certificate_failure(exc: BaseException) -> str | None:
             continue
         seen.add(id(current))
         if isinstance(current, ssl.SSLCertVerificationError):
-            return str(current.verify_message or current.reason or current)
+            detail = current.verify_message
+            return f"certificate verify failed: {detail}" if detail else str(current)
         pending.extend((current.__cause__, current.__context__, getattr(current, "reason", None)))
         pending.extend(current.args)
     return None

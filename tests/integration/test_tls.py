@@ -176,19 +176,6 @@ def test_influxdb3_a_refused_certificate_on_a_write_is_not_retried(
     assert "'ssl_ca_cert'" in error.message
 
 
-def test_influxdb3_ssl_ca_cert_and_verify_ssl_false_together_are_refused(
-    influx_over_tls: dict[str, Any], certs: TestCertificates
-) -> None:
-    options = {
-        **influx_over_tls["options"],
-        "ssl_ca_cert": str(certs.ca_cert),
-        "verify_ssl": "false",
-    }
-    code, out = check("influxdb3", options)
-    assert code == 1
-    assert "'ssl_ca_cert' is given but verify_ssl=false" in out
-
-
 def test_influxdb3_an_unreadable_ssl_ca_cert_is_named(
     influx_over_tls: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -402,14 +389,13 @@ def test_redis_a_refused_certificate_is_not_retried_by_the_tasks(
     assert not isinstance(raised.value, RetryableError)
 
 
-def test_redis_ssl_ca_certs_without_tls_or_with_verification_off_is_refused(
-    certs: TestCertificates,
-) -> None:
+def test_redis_ssl_ca_certs_without_tls_is_refused(certs: TestCertificates) -> None:
+    """A CA bundle with TLS off: the user meant TLS, and would have sent in plain text."""
     from quixsinks.sinks.redis.options import RedisOptions
 
-    with pytest.raises(OptionError, match="TLS is off: set ssl=true"):
+    with pytest.raises(OptionError, match="TLS is off") as raised:
         RedisOptions.from_options({"ssl_ca_certs": str(certs.ca_cert)})
-    with pytest.raises(OptionError, match="ssl_verify=false switches"):
-        RedisOptions.from_options(
-            {"ssl": "true", "ssl_ca_certs": str(certs.ca_cert), "ssl_verify": "false"}
-        )
+    assert raised.value.option == "ssl_ca_certs"
+    assert RedisOptions.from_options(
+        {"url": "rediss://127.0.0.1:6380", "ssl_ca_certs": str(certs.ca_cert)}
+    ).ssl_ca_certs == str(certs.ca_cert)

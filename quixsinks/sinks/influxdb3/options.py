@@ -88,13 +88,6 @@ class InfluxDB3Options(CommonOptions):
                 "influxdb3: 'measurement' is empty", option="measurement", value=self.measurement
             )
         check_names(self.tags_keys, self.fields_keys)
-        if self.ssl_ca_cert is not None and not self.verify_ssl:
-            raise OptionError(
-                "influxdb3: 'ssl_ca_cert' is given but verify_ssl=false switches certificate "
-                "verification off; remove one of them",
-                option="ssl_ca_cert",
-                value=self.ssl_ca_cert,
-            )
         if not self.host.startswith(("http://", "https://")):
             raise OptionError(
                 f"influxdb3: 'host' must be an http:// or https:// URL, got {self.host!r}",

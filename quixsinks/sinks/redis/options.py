@@ -136,21 +136,15 @@ class RedisOptions(LedgerOptions):
 
     def validate(self) -> None:
         super().validate()
-        if self.ssl_ca_certs is not None:
-            if not (self.ssl or (self.url or "").startswith("rediss://")):
-                raise OptionError(
-                    "redis: 'ssl_ca_certs' is given but TLS is off: set ssl=true (or use a "
-                    "rediss:// url)",
-                    option="ssl_ca_certs",
-                    value=self.ssl_ca_certs,
-                )
-            if not self.ssl_verify:
-                raise OptionError(
-                    "redis: 'ssl_ca_certs' is given but ssl_verify=false switches certificate "
-                    "verification off; remove one of them",
-                    option="ssl_ca_certs",
-                    value=self.ssl_ca_certs,
-                )
+        if self.ssl_ca_certs is not None and not (
+            self.ssl or (self.url or "").startswith("rediss://")
+        ):
+            raise OptionError(
+                "redis: 'ssl_ca_certs' is given but TLS is off (the connection would not be "
+                "encrypted): set ssl=true, or use a rediss:// url",
+                option="ssl_ca_certs",
+                value=self.ssl_ca_certs,
+            )
         if self.key_template is not None:
             template_fields(self.key_template)
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
