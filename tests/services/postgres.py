@@ -37,6 +37,8 @@ else:  # run as a script: python tests/services/postgres.py
 if TYPE_CHECKING:
     from psycopg2.extensions import connection
 
+    from .tls import TestCertificates
+
 PG_ROOT = Path("/usr/lib/postgresql")
 INSTALL_HINT = "bash tests/services/install.sh"
 OS_USER = "postgres"
@@ -62,6 +64,9 @@ class PostgresServer(Service):
 
     The superuser ``postgres`` authenticates with a random password (scram-sha-256), over TCP
     on 127.0.0.1 or over the Unix socket in the cluster's private temporary directory.
+
+    With ``tls`` (`tests.services.tls.make_certificates`), the server presents that
+    certificate (``ssl=on``) and takes TCP connections over TLS only.
     """
 
     host = "127.0.0.1"
@@ -74,8 +79,10 @@ class PostgresServer(Service):
         start_timeout: int = 60,
         *,
         synchronous_commit: bool = True,
+        tls: TestCertificates | None = None,
     ) -> None:
         self.pg_bin = pg_bin or find_pg_bin()
+        self.tls = tls
         self.synchronous_commit = synchronous_commit
         self.start_timeout = start_timeout
         self.password = secrets.token_urlsafe(24)
@@ -104,6 +111,8 @@ class PostgresServer(Service):
         self.tmpdir = Path(tempfile.mkdtemp(prefix="quixsinks-pg-"))
         try:
             self._initdb()
+            if self.tls is not None:
+                self._configure_tls(self.tls)
             for attempt in range(1, attempts + 1):
                 self.port = free_port(self.host)
                 result = self._pg_ctl(
@@ -260,7 +269,30 @@ class PostgresServer(Service):
             # write_mode=prepared (two-phase commit) needs prepared transactions
             "max_prepared_transactions": "100",
         }
+        if self.tls is not None:
+            settings.update(
+                ssl="on",
+                ssl_cert_file=str(self._tmp / "server.crt"),
+                ssl_key_file=str(self._tmp / "server.key"),
+            )
         return " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in settings.items())
+
+    def _configure_tls(self, tls: TestCertificates) -> None:
+        """TLS on, and TLS only over TCP: pg_hba.conf has ``hostssl`` lines and no ``host``
+        line, so the server refuses every unencrypted TCP connection (the Unix socket stays
+        open to the OS user). The key is copied where the server's OS user owns it, 0600."""
+        for source, name in ((tls.server_cert, "server.crt"), (tls.server_key, "server.key")):
+            target = self._tmp / name
+            shutil.copyfile(source, target)
+            os.chmod(target, 0o600)
+            if os.geteuid() == 0:
+                owner = _os_user()
+                os.chown(target, owner.pw_uid, owner.pw_gid)
+        (self.datadir / "pg_hba.conf").write_text(
+            "local   all  all                 scram-sha-256\n"
+            f"hostssl all  all  {self.host}/32  scram-sha-256\n",
+            encoding="utf-8",
+        )
 
     def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self._run(self.pg_bin / "pg_ctl", f"--pgdata={self.datadir}", "--wait", *args)

@@ -60,7 +60,17 @@ class InfluxDB3Options(CommonOptions):
     )
     enable_gzip: bool = option(True, doc="gzip request bodies (level 1: fast)")
     request_timeout_ms: int = option(10_000, minimum=1, doc="HTTP timeout of one request")
-    verify_ssl: bool = option(True, doc="Verify the server's TLS certificate")
+    verify_ssl: bool = option(
+        True,
+        doc="Verify the server's TLS certificate and host name (every request, the start-up "
+        "ping included); false: encrypted but unauthenticated, for tests only",
+    )
+    ssl_ca_cert: str | None = option(
+        None,
+        doc="CA bundle file (PEM) to verify the server's certificate with, for a private or "
+        "self-signed CA; default: the system's CAs. The path must exist on the driver and "
+        "on every executor",
+    )
     raise_on_retention_violation: bool = option(
         False, doc="HTTP 422 (points outside the retention period): fail instead of skipping"
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import ssl
 import urllib.error
 import urllib.request
 import zlib
@@ -40,6 +41,7 @@ from quixsinks.core.errors import (
     timed_out,
 )
 from quixsinks.core.sink import Sink
+from quixsinks.core.tls import certificate_error, certificate_failure
 
 from .lineprotocol import LineProtocol, field_kind, timestamps
 from .options import InfluxDB3Options
@@ -70,6 +72,9 @@ def translate(
 ) -> QuixSinksError | None:
     """The quixsinks error for a failed write; None for a 422 retention skip.
     ``timeout_ms``: ``request_timeout_ms``, named when the request timed out."""
+    refused = certificate_failure(exc)
+    if refused is not None:
+        return _certificate_error(where, refused)
     response = getattr(exc, "response", None)
     status = getattr(response, "status", None)
     message = str(getattr(exc, "message", None) or exc).strip()
@@ -105,6 +110,34 @@ def translate(
     if status is None:
         return RetryableError(f"{where}: cannot reach the server: {message}")
     return DestinationError(text, location=where)
+
+
+def _certificate_error(where: str, why: str) -> DestinationError:
+    return certificate_error(
+        where,
+        why,
+        trust="set 'ssl_ca_cert' to a file holding its CA certificate (PEM)",
+        skip="verify_ssl=false",
+    )
+
+
+def tls_context(options: InfluxDB3Options) -> ssl.SSLContext:
+    """The TLS settings of the writes, for the requests the sink makes itself (the ping):
+    the same CA bundle, the same verification."""
+    if not options.verify_ssl:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=options.ssl_ca_cert)
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(
+            f"influxdb3: 'ssl_ca_cert' {options.ssl_ca_cert!r} is not a readable file of PEM "
+            f"certificates: {exc}",
+            option="ssl_ca_cert",
+            value=options.ssl_ca_cert,
+        ) from None
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -258,13 +291,17 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         )
 
     def preflight(self) -> None:
-        """Ping the server once with the token: unreachable or refused fails here."""
+        """Ping the server once with the token and the writes' TLS settings (verify_ssl,
+        ssl_ca_cert): unreachable, refused or an untrusted certificate fails here."""
         opts = self.options
         request = urllib.request.Request(f"{opts.host.rstrip('/')}/ping")
         if opts.token:
             request.add_header("Authorization", f"Token {opts.token}")
+        context = tls_context(opts) if opts.host.startswith("https://") else None
         try:
-            with urllib.request.urlopen(request, timeout=opts.request_timeout_ms / 1000):
+            with urllib.request.urlopen(
+                request, timeout=opts.request_timeout_ms / 1000, context=context
+            ):
                 pass
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
@@ -278,6 +315,9 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
                     f"{opts.host}: ping answered HTTP {exc.code}", location=opts.host
                 ) from None
         except (urllib.error.URLError, OSError) as exc:
+            refused = certificate_failure(exc)
+            if refused is not None:
+                raise _certificate_error(opts.host, refused) from None
             reason = getattr(exc, "reason", exc)
             if _is_timeout(exc):
                 limit = timed_out(opts.request_timeout_ms / 1000, "request_timeout_ms")
@@ -296,6 +336,9 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         # No write_client_options: its WriteOptions would switch on batching with
         # client-side retries; the defaults are synchronous and retry nothing. The
         # client's own gzip runs at level 9 (17 MB/s); the sink compresses instead.
+        tls: dict[str, str] = {}
+        if opts.ssl_ca_cert is not None:
+            tls["ssl_ca_cert"] = opts.ssl_ca_cert
         return import_client().InfluxDBClient3(
             host=opts.host,
             token=opts.token,
@@ -305,6 +348,7 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             write_timeout=opts.request_timeout_ms,
             verify_ssl=opts.verify_ssl,
             debug=opts.debug,
+            **tls,
         )
 
     def write(self, batch: SinkBatch) -> None:

@@ -17,7 +17,10 @@ anything else                  DestinationError (not retried)
 =============================  ===============================================
 
 A failure to connect carries no SQLSTATE in psycopg2; it is classified from libpq's
-connection status instead (server unreachable: retryable).
+connection status instead (server unreachable: retryable). TLS failures are not retried: a
+server certificate that does not verify (the error names 'sslrootcert' and 'sslmode'), a
+server without TLS under sslmode=require or stricter, and a server that takes only encrypted
+connections (pg_hba.conf ``hostssl``) under sslmode=disable.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from quixsinks.core.errors import (
     RetryableError,
     timed_out,
 )
+from quixsinks.core.tls import certificate_error, libpq_certificate_failure
 
 from .options import PostgreSQLOptions, parse_conninfo
 
@@ -92,6 +96,26 @@ def _connect_error(exc: Exception, where: str, detail: str) -> QuixSinksError:
             f"{where}: authentication failed; check 'user' and 'password' (or PGPASSWORD)",
             location=where,
         )
+    if libpq_certificate_failure(detail):
+        return certificate_error(
+            where,
+            detail,
+            trust="set 'sslrootcert' to a file holding its CA certificate (PEM)",
+            skip="sslmode=require and leave sslrootcert unset (given a CA file, libpq "
+            "verifies under require too)",
+        )
+    if "server does not support ssl" in lowered:
+        return DestinationError(
+            f"{where}: {detail}; the server does not offer TLS: lower 'sslmode' (prefer "
+            "encrypts when the server can) or switch TLS on in the server",
+            location=where,
+        )
+    if "no pg_hba.conf entry" in lowered and "no encryption" in lowered:
+        return DestinationAccessDeniedError(
+            f"{where}: {detail}; the server takes only encrypted connections here: set "
+            "'sslmode' to require, verify-ca or verify-full",
+            location=where,
+        )
     if "database" in lowered and "does not exist" in lowered:
         return DestinationNotFoundError(
             f"{where}: the database does not exist; create it or fix 'dbname'", location=where
@@ -113,6 +137,8 @@ def connect(options: PostgreSQLOptions) -> Any:
         "sslmode": options.sslmode,
         "application_name": "quixsinks",
     }
+    if options.sslrootcert is not None:
+        params["sslrootcert"] = options.sslrootcert
     if options.password is not None:
         params["password"] = options.password
     extra = parse_conninfo(options.connect_options)

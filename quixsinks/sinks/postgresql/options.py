@@ -81,14 +81,24 @@ class PostgreSQLOptions(LedgerOptions):
         "COPY whose columns it cannot map exactly, see docs), or CSV always",
     )
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = option(
-        "prefer", doc="libpq sslmode"
+        "prefer",
+        doc="libpq sslmode, for every connection (the driver's and the tasks'): prefer (libpq's "
+        "default) and require encrypt without checking the server's certificate; verify-full "
+        "checks it and the host name against sslrootcert",
+    )
+    sslrootcert: str | None = option(
+        None,
+        doc="CA certificate file (PEM) that verifies the server, for sslmode verify-ca or "
+        "verify-full (libpq's sslrootcert; 'system': the system's CAs); default: libpq's "
+        "~/.postgresql/root.crt. The path must exist on the driver and on every executor",
     )
     connect_options: str = option(
         "",
         secret=True,
         doc="More libpq parameters, 'key=value key=value' (libpq conninfo syntax, values may "
         "be single-quoted, e.g. options='-c search_path=app'); an `options` value is merged "
-        "with the sink's own (its sessions always run with timezone=UTC)",
+        "with the sink's own (its sessions always run with timezone=UTC); client "
+        "certificates go here (sslcert, sslkey), sslmode and sslrootcert are options",
     )
     max_connections_per_executor: int = option(
         4, minimum=1, doc="Connections the tasks of one executor machine open to the server at once"
@@ -148,6 +158,14 @@ class PostgreSQLOptions(LedgerOptions):
                 option="connect_options",
                 value="***",
             )
+        for key in ("sslmode", "sslrootcert"):
+            if key in extra:
+                raise OptionError(
+                    f"option 'connect_options': set {key} with the option {key!r}, not in "
+                    "connect_options (one place for the TLS settings of every connection)",
+                    option="connect_options",
+                    value="***",
+                )
 
     @property
     def exactly_once(self) -> bool:

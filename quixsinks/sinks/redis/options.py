@@ -60,8 +60,16 @@ class RedisOptions(LedgerOptions):
         30.0, positive=True, doc="Seconds to wait for the server (connect, send, reply)"
     )
     ssl: bool = option(False, doc="Connect with TLS (as a rediss:// URL does)")
-    ssl_ca_certs: str | None = option(None, doc="CA bundle file that verifies the server")
-    ssl_verify: bool = option(True, doc="Verify the server's TLS certificate and host name")
+    ssl_ca_certs: str | None = option(
+        None,
+        doc="CA bundle file (PEM) that verifies the server, for a private or self-signed CA; "
+        "default: the system's CAs. The path must exist on the driver and on every executor",
+    )
+    ssl_verify: bool = option(
+        True,
+        doc="Verify the server's TLS certificate and host name (every connection, the "
+        "start-up check included); false: encrypted but unauthenticated, for tests only",
+    )
     data_type: DataType = option(
         "string",
         doc="string: SET key value (Quix's behaviour); hash: HSET one field per value "
@@ -128,6 +136,15 @@ class RedisOptions(LedgerOptions):
 
     def validate(self) -> None:
         super().validate()
+        if self.ssl_ca_certs is not None and not (
+            self.ssl or (self.url or "").startswith("rediss://")
+        ):
+            raise OptionError(
+                "redis: 'ssl_ca_certs' is given but TLS is off (the connection would not be "
+                "encrypted): set ssl=true, or use a rediss:// url",
+                option="ssl_ca_certs",
+                value=self.ssl_ca_certs,
+            )
         if self.key_template is not None:
             template_fields(self.key_template)
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):

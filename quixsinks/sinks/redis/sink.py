@@ -51,6 +51,7 @@ from quixsinks.core.formats import json_column, json_object_pieces, json_objects
 from quixsinks.core.ledger import fence_owners, log_already_committed
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task, staged_in_order
+from quixsinks.core.tls import certificate_error, certificate_failure
 
 from .ledger import (
     COMMIT_SCRIPT,
@@ -280,8 +281,17 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
 
     # ------------------------------------------------------------------ connections
 
-    def _connection_error(self, exc: BaseException) -> RetryableError:
-        """A refused, lost or unanswered connection: retryable; a timeout says so."""
+    def _connection_error(self, exc: BaseException) -> RetryableError | DestinationError:
+        """A refused, lost or unanswered connection: retryable; a timeout says so. A server
+        certificate that does not verify is not retried: the error names the options."""
+        refused = certificate_failure(exc)
+        if refused is not None:
+            return certificate_error(
+                self._where(),
+                refused,
+                trust="set 'ssl_ca_certs' to a file holding its CA certificate (PEM)",
+                skip="ssl_verify=false",
+            )
         redis = import_client()
         if isinstance(exc, (redis.TimeoutError, TimeoutError)):
             limit = timed_out(self.options.socket_timeout, "socket_timeout")
