@@ -28,7 +28,7 @@ from quixsinks.core.clients import connect_timeout
 
 from .catalog import TIMEOUT_PROPERTY
 
-__all__ = ["TimeoutAdapter", "TimeoutRestCatalog"]
+__all__ = ["TimeoutAdapter", "TimeoutRestCatalog", "nest_ssl"]
 
 
 class TimeoutAdapter(BaseAdapter):
@@ -69,9 +69,46 @@ def with_timeout(session: Session, timeout: tuple[float, float]) -> Session:
     return session
 
 
+#: the flat ``catalog.*`` properties of the catalog's TLS settings, and where pyiceberg reads
+#: them: its nested ``ssl`` property (``.pyiceberg.yaml``'s ``ssl: {cabundle, client: ...}``)
+SSL_PROPERTIES = {
+    "ssl.cabundle": ("cabundle",),
+    "ssl.client.cert": ("client", "cert"),
+    "ssl.client.key": ("client", "key"),
+}
+
+
+def nest_ssl(properties: dict[str, Any]) -> dict[str, Any]:
+    """``properties`` with the flat TLS properties (``ssl.cabundle``, ``ssl.client.cert``,
+    ``ssl.client.key``) nested into the ``ssl`` property pyiceberg's REST catalog reads.
+
+    Through the sink's options every property is a flat string (``catalog.ssl.cabundle``);
+    pyiceberg ignores a flat ``ssl.cabundle`` without a word, so a private CA failed with
+    CERTIFICATE_VERIFY_FAILED. An ``ssl.cabundle`` of ``false`` turns verification off."""
+    out = {k: v for k, v in properties.items() if k not in SSL_PROPERTIES}
+    ssl: dict[str, Any] = {}
+    for name, path in SSL_PROPERTIES.items():
+        value: Any = properties.get(name)
+        if value is None:
+            continue
+        if path == ("cabundle",) and str(value).lower() == "false":
+            value = False
+        node = ssl
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    if ssl:
+        out["ssl"] = ssl
+    return out
+
+
 class TimeoutRestCatalog(RestCatalog):
     """pyiceberg's RestCatalog; every HTTP call has a timeout (property
-    ``quixsinks.timeout-seconds``: the read timeout; the connect timeout is at most 10 s)."""
+    ``quixsinks.timeout-seconds``: the read timeout; the connect timeout is at most 10 s).
+    The flat TLS properties are nested as pyiceberg reads them (:func:`nest_ssl`)."""
+
+    def __init__(self, name: str, **properties: Any) -> None:
+        super().__init__(name, **nest_ssl(properties))
 
     def _timeout(self) -> tuple[float, float]:
         seconds = float(self.properties[TIMEOUT_PROPERTY])
