@@ -34,10 +34,16 @@ __all__ = ["TimeoutAdapter", "TimeoutRestCatalog", "nest_ssl"]
 class TimeoutAdapter(BaseAdapter):
     """A transport adapter that gives every request without a timeout this one."""
 
-    def __init__(self, inner: BaseAdapter, timeout: tuple[float, float]) -> None:
+    def __init__(
+        self, inner: BaseAdapter, timeout: tuple[float, float], verify: bool | str | None = None
+    ) -> None:
         super().__init__()
         self.inner = inner
         self.timeout = timeout
+        #: the catalog's own verification (``ssl.cabundle``), which wins over requests'
+        #: environment: with ``REQUESTS_CA_BUNDLE`` set, requests replaces a session's
+        #: ``verify`` by the environment's bundle (psf/requests issue 3829)
+        self.verify = verify
 
     def send(
         self,
@@ -52,7 +58,7 @@ class TimeoutAdapter(BaseAdapter):
             request,
             stream=stream,
             timeout=self.timeout if timeout is None else timeout,
-            verify=verify,
+            verify=verify if self.verify is None else self.verify,
             cert=cert,
             proxies=proxies,
         )
@@ -61,11 +67,17 @@ class TimeoutAdapter(BaseAdapter):
         self.inner.close()
 
 
-def with_timeout(session: Session, timeout: tuple[float, float]) -> Session:
-    """``session`` with every mounted adapter wrapped in a :class:`TimeoutAdapter` (once)."""
+def with_timeout(
+    session: Session, timeout: tuple[float, float], verify: bool | str | None = None
+) -> Session:
+    """``session`` with every mounted adapter wrapped in a :class:`TimeoutAdapter` (once);
+    ``verify``, when given, is the verification of every request (see
+    :attr:`TimeoutAdapter.verify`)."""
     for prefix, adapter in list(session.adapters.items()):
         if not isinstance(adapter, TimeoutAdapter):
-            session.mount(prefix, TimeoutAdapter(adapter, timeout))
+            session.mount(prefix, TimeoutAdapter(adapter, timeout, verify))
+        elif verify is not None:  # wrapped already, while pyiceberg built the session
+            adapter.verify = verify
     return session
 
 
@@ -115,7 +127,10 @@ class TimeoutRestCatalog(RestCatalog):
         return (connect_timeout(seconds), seconds)
 
     def _create_session(self) -> Session:
-        return with_timeout(super()._create_session(), self._timeout())
+        session = super()._create_session()
+        ssl = self.properties.get("ssl")
+        pinned = session.verify if isinstance(ssl, dict) and "cabundle" in ssl else None
+        return with_timeout(session, self._timeout(), pinned)
 
     def _create_legacy_oauth2_auth_manager(self, session: Session) -> Any:
         return super()._create_legacy_oauth2_auth_manager(with_timeout(session, self._timeout()))
