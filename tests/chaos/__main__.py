@@ -87,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     spark.stop()
     cells = [{**r.to_json(), "commit": env["commit"]} for r in results]
     if (args.only or args.fault or args.quick) and report.RESULTS.exists():
-        # a partial run replaces its cells in the last full run's results
+        # a partial run replaces its cells in the last run's results, keeping the others
+        last = report.load()
         ran = {(c["target"], c["fault"]) for c in cells}
-        kept = [c for c in report.load()["cells"] if (c["target"], c["fault"]) not in ran]
+        kept = [c for c in last["cells"] if (c["target"], c["fault"]) not in ran]
         cells = sorted(kept + cells, key=_order(rows))
+        # the kept cells were measured earlier: the page names every day
+        dates = dict.fromkeys([*last["environment"]["date"].split(", "), env["date"]])
+        env = {**env, "date": ", ".join(dates)}
     data: dict[str, Any] = {"environment": env, "quick": sorted(QUICK), "cells": cells}
     report.RESULTS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     report.write()

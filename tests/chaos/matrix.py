@@ -8,6 +8,8 @@ import subprocess
 from typing import Any
 
 from ..services.azurite import AzuriteServer
+from ..services.bigquery_emulator import PREFIX as BQEMULATOR_PREFIX
+from ..services.bigquery_emulator import BQEmulator
 from ..services.gcs_emulator import GCSEmulator
 from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
@@ -16,6 +18,7 @@ from ..services.postgres import PostgresServer
 from ..services.pubsub_emulator import PubSubEmulator
 from ..services.redis_server import RedisServer
 from .targets import (
+    BigQueryTarget,
     CsvTarget,
     FileTarget,
     IcebergTarget,
@@ -49,6 +52,7 @@ QUICK: set[tuple[str, str]] = {
     ("pubsub", "hung-server"),
     ("iceberg (SQLite catalog, local)", "worker-kill"),
     ("tsdatalake (local)", "disk-full"),
+    ("bigquery (exactly-once)", "lost-ack"),
 }
 
 
@@ -61,6 +65,7 @@ def build(
     pubsub: PubSubEmulator,
     azure: Any,
     gcs: Any,
+    bigquery: BQEmulator,
 ) -> list[Target]:
     """Every row, on servers already running."""
     return [
@@ -76,6 +81,7 @@ def build(
         PubSubTarget(pubsub),
         IcebergTarget(),
         TsDataLakeTarget(),
+        *(BigQueryTarget(bigquery, mode) for mode in ("exactly-once", "direct")),
     ]
 
 
@@ -92,12 +98,21 @@ def targets(stack: contextlib.ExitStack) -> tuple[dict[str, str], list[Target]]:
     pubsub = stack.enter_context(PubSubEmulator())
     azure = stack.enter_context(AzuriteServer())
     gcs = stack.enter_context(GCSEmulator())
+    # on a DuckDB file: a crashed emulator comes back with every committed row
+    bigquery = stack.enter_context(BQEmulator(persistent=True))
     versions = {
         "PostgreSQL": _version([str(postgres.pg_bin / "postgres"), "--version"]),
         "Redis": _version([redis.binary, "--version"]),
     }
     versions["InfluxDB 1.x (InfluxDB 3 stand-in)"] = _version([str(influx.influxd), "version"])
-    return versions, build(postgres, redis, influx, kinesis, s3, pubsub, azure, gcs)
+    versions["bqemulator"] = _version(
+        [
+            str(BQEMULATOR_PREFIX / "bin" / "python"),
+            "-c",
+            "import bqemulator; print(bqemulator.__version__)",
+        ]
+    )
+    return versions, build(postgres, redis, influx, kinesis, s3, pubsub, azure, gcs, bigquery)
 
 
 def _version(command: list[str]) -> str:

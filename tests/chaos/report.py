@@ -60,6 +60,11 @@ CONFIGURE = """\
   transactions survive crash recovery and the commit completes once the server is back.
   `write_mode=direct` is at-least-once: a lost acknowledgement of a COMMIT, or a replay,
   writes rows again unless upsert or do-nothing absorbs them.
+* **BigQuery** (`write_mode=exactly-once`, the default): a commit retried after its
+  answer was lost, or replayed after the driver died, finds the ledger row its
+  transaction wrote and writes nothing again. `write_mode=direct` is at-least-once: a
+  micro-batch replayed after the driver died between `BatchCommitWriteStreams` and
+  Spark's checkpoint is written again.
 * **file, csvfile** on local disk: a full disk fails the write (`No space left on
   device`); free space and restart the query.
 * **Every sink**: a hung server fails the write after the sink's timeouts and retries

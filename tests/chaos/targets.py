@@ -20,6 +20,7 @@ from quixsinks.core.sink import Guarantee
 
 from ..integration.streams import read_jsonl_ids
 from ..services.ack_faults import PG_COMMIT
+from ..services.bigquery_emulator import BQEmulator
 from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
 from ..services.postgres import PostgresServer
@@ -27,6 +28,7 @@ from ..services.pubsub_emulator import PubSubEmulator
 from ..services.redis_server import RedisServer
 
 __all__ = [
+    "BigQueryTarget",
     "Cell",
     "CsvTarget",
     "FileTarget",
@@ -98,6 +100,11 @@ class Target(ABC):
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         """``options`` pointed at ``host:port`` instead of the server."""
         return {**options, "host": host, "port": str(port)}
+
+    def hung(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        """``options`` with every endpoint the sink calls pointed at a hung server at
+        ``host:port`` (the one of :meth:`via`, unless the sink has more)."""
+        return self.via(options, host, port)
 
     def crash(self) -> None:
         """Crash the destination's server and start it again at once."""
@@ -560,3 +567,99 @@ class PubSubTarget(_OnServer):
 
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "emulator_host": f"{host}:{port}"}
+
+
+class BigQueryTarget(_OnServer):
+    """The `bigquery` sink on bqemulator (REST, and gRPC for the Storage Write API) in one
+    ``write_mode``, a dataset of its own per cell, read back with google-cloud-bigquery.
+
+    The lost acknowledgement is the driver's commit: in exactly-once mode the REST
+    ``jobs.insert`` of the multi-statement transaction (the target's rows and the ledger
+    row, or nothing); in direct mode the gRPC ``BatchCommitWriteStreams``, told apart from
+    the other Storage Write requests by its protobuf body: the table's path (field 1)
+    followed at once by a stream name (field 2), where CreateWriteStream's field 2 is a
+    WriteStream message."""
+
+    fmt = "bigquery"
+    docs = "sinks/bigquery.md"
+    impatient = {
+        "ddl_timeout": "2",
+        "insert_timeout": "2",
+        "retry_timeout": "1",
+        "retry_max_attempts": "2",
+        "retry_backoff_seconds": "0.1",
+    }
+
+    server: BQEmulator
+
+    def __init__(self, server: BQEmulator, write_mode: str) -> None:
+        super().__init__(server)
+        self.write_mode = write_mode
+        self.name = f"bigquery ({write_mode})"
+        self.not_built = {"disk-full": _THEIR_DISK}
+        if not server.persistent:
+            self.not_built["server-crash"] = _IN_MEMORY
+        if write_mode == "direct":
+            self.guarantee = "at-least-once"
+            self.ack = (self._batch_commit(), b"")
+        else:
+            self.guarantee = "exactly-once"
+            self.ack = (b"COMMIT TRANSACTION", b"")
+
+    def _batch_commit(self) -> bytes:
+        """The bytes of a BatchCommitWriteStreamsRequest on a cell's table: ``parent``'s
+        end, field 2's tag and length, the start of the stream name (the emulator's stream
+        ids are 16 hex digits, the cell names of one length)."""
+        project = self.server.options["project_id"]
+        parent = f"projects/{project}/datasets/{Cell(Path('.')).name}/tables/events"
+        length = len(f"{parent}/streams/{'0' * 16}")
+        assert length < 128  # one byte as a varint
+        return b"/tables/events\x12" + bytes([length]) + b"projects/"
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        return {
+            **self.server.options,
+            "dataset_id": cell.name,
+            "table_name": "events",
+            "write_mode": self.write_mode,
+        }
+
+    def _select(self, cell: Cell, table: str, column: str) -> list[Any]:
+        """``column`` of every row of ``table`` in the cell's dataset ([] if no table)."""
+        from google.api_core.exceptions import NotFound
+
+        client = self.server.client()
+        name = f"{self.server.options['project_id']}.{cell.name}.{table}"
+        try:
+            return [row[0] for row in client.query(f"SELECT {column} FROM `{name}`").result()]
+        except NotFound:
+            return []
+        finally:
+            client.close()
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        return [int(i) for i in self._select(cell, "events", "id")]
+
+    def leftovers(self, cell: Cell) -> list[str]:
+        """Staged rows left behind (there should be none once the batches committed)."""
+        tokens = self._select(cell, "events_qs_staging", "DISTINCT _qs_token")
+        return [f"staging rows of {token}" for token in tokens]
+
+    def endpoint(self) -> tuple[str, int]:
+        """Where the driver's commit goes: REST, or gRPC in direct mode."""
+        if self.write_mode == "direct":
+            return self.server.host, self.server.grpc_port
+        return super().endpoint()
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        """The endpoint of :meth:`endpoint` replaced (the other one is left alone)."""
+        if self.write_mode == "direct":
+            return {**options, "grpc_endpoint": f"{host}:{port}"}
+        return {**options, "api_endpoint": f"http://{host}:{port}"}
+
+    def hung(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        return {
+            **options,
+            "api_endpoint": f"http://{host}:{port}",
+            "grpc_endpoint": f"{host}:{port}",
+        }

@@ -11,6 +11,7 @@ import pytest
 
 from tests.chaos.faults import FAULTS, run_cell
 from tests.chaos.matrix import QUICK, build
+from tests.services.bigquery_emulator import BQEmulator
 from tests.services.postgres import PostgresServer
 from tests.services.redis_server import RedisServer
 
@@ -26,6 +27,7 @@ def test_a_quick_cell_keeps_the_claimed_guarantee(
     pubsub_emulator: Any,
     azurite: Any,
     gcs_server: Any,
+    bqemulator: BQEmulator,
     tmp_path: Path,
     target_name: str,
     fault_name: str,
@@ -39,6 +41,7 @@ def test_a_quick_cell_keeps_the_claimed_guarantee(
         pubsub_emulator,
         azurite,
         gcs_server,
+        bqemulator,
     )
     target = next(t for t in targets if t.name == target_name)
     result = run_cell(spark, target, FAULTS[fault_name], tmp_path / "cell")

@@ -2,9 +2,13 @@
 
 `BQEmulator` runs bqemulator (PyPI; DuckDB + SQLGlot; REST for datasets, tables, jobs
 and tabledata, gRPC for the Storage Write API) from its own virtualenv
-``.services/bqemulator`` (``install_bigquery.sh``), in memory, with REST and gRPC on free
-ports, through ``bqemulator_launch.py`` (two offline patches, documented there).
-What differs from BigQuery: tests/services/README.md.
+``.services/bqemulator`` (``install_bigquery.sh``), with REST and gRPC on free ports,
+through ``bqemulator_launch.py`` (two offline patches, documented there). In memory by
+default; ``persistent=True`` keeps tables, rows and jobs in a DuckDB file in its folder,
+so that :meth:`BQEmulator.crash` (SIGKILL, then a start on the same ports) brings back
+every committed row. Its write streams are always held in memory: a crash loses the
+PENDING streams not yet committed (BigQuery keeps them). What differs from BigQuery:
+tests/services/README.md.
 
 Manual use: ``python tests/services/bigquery_emulator.py`` starts one and keeps it running.
 """
@@ -37,9 +41,11 @@ class BQEmulator(ProcessService):
     name = "bqemulator"
     probe = f"/bigquery/v2/projects/{PROJECT}/datasets"
 
-    def __init__(self, start_timeout: float = 60.0) -> None:
+    def __init__(self, start_timeout: float = 60.0, *, persistent: bool = False) -> None:
         super().__init__(start_timeout)
         self.grpc_port = 0
+        self.persistent = persistent
+        self._same_ports = False
 
     def _install(self) -> Path:
         python = PREFIX / "bin" / "python"
@@ -49,7 +55,9 @@ class BQEmulator(ProcessService):
         return python
 
     def _command(self, installed: Any) -> list[str]:
-        self.grpc_port = free_port(self.host)
+        if not self._same_ports:
+            self.grpc_port = free_port(self.host)
+        storage = ["--data-dir", str(self._tmp / "data")] if self.persistent else ["--ephemeral"]
         return [
             str(installed),
             str(HERE / "bqemulator_launch.py"),
@@ -62,12 +70,30 @@ class BQEmulator(ProcessService):
             self.host,
             "--grpc-port",
             str(self.grpc_port),
-            "--ephemeral",
+            *storage,
             "--project",
             PROJECT,
             "--log-level",
             "warning",
         ]
+
+    def crash(self) -> None:
+        """SIGKILL the emulator this object started and start it again on the same ports,
+        on the same DuckDB file (``persistent=True`` only: in memory, a crash would lose
+        everything, committed or not)."""
+        if not self.persistent:
+            raise RuntimeError("an in-memory bqemulator cannot crash and keep its data")
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        self._same_ports = True
+        try:
+            self._spawn(self._install())
+        finally:
+            self._same_ports = False
+        if not self._wait_ready():
+            raise RuntimeError(f"bqemulator did not come back\n{self._log_tail()}")
 
     @property
     def api_endpoint(self) -> str:

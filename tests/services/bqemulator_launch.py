@@ -1,4 +1,4 @@
-"""Run bqemulator's CLI with the patches it needs offline and for three of its bugs (run
+"""Run bqemulator's CLI with the patches it needs offline and for four of its bugs (run
 by the emulator's own Python, see bigquery_emulator.py):
 
 * its DuckDB engine loads the ``spatial`` extension at start, which DuckDB downloads:
@@ -14,6 +14,11 @@ by the emulator's own Python, see bigquery_emulator.py):
   columns (so any RECORD append fails); it is built from the full REST schema instead.
 * its upload route accepts a fixed list of media content types; google-cloud-bigquery's
   load_table_from_file sends ``*/*``, which is added.
+* GetWriteStream never sets ``commit_time``, which BigQuery sets on a committed PENDING
+  stream ("empty commit_time means it is not committed"): a client that asks after a
+  BatchCommitWriteStreams whose answer was lost would take its committed stream for an
+  uncommitted one. A committed stream now has a commit time (the time of the question:
+  the emulator keeps none).
 
 Nothing else is changed.
 """
@@ -34,6 +39,7 @@ from bqemulator.grpc_api import write_servicer
 from bqemulator.storage import engine
 from bqemulator.storage.sql_identifiers import quoted_table_ref
 from bqemulator.storage.type_map import bq_schema_to_duckdb_columns
+from bqemulator.streaming.write_stream import WriteStreamState
 
 engine.DuckDBEngine._load_spatial = lambda self: None  # type: ignore[method-assign]
 upload._PERMITTED_MEDIA_CONTENT_TYPES = (*upload._PERMITTED_MEDIA_CONTENT_TYPES, "*/*")
@@ -56,6 +62,24 @@ def _table_arrow_schema(table_meta):  # type: ignore[no-untyped-def]
 
 
 write_servicer._table_arrow_schema = _table_arrow_schema
+_get_write_stream = write_servicer.BigQueryWriteHandler._handle_get_write_stream
+
+
+def _handle_get_write_stream(self, request_bytes, context):  # type: ignore[no-untyped-def]
+    from google.cloud.bigquery_storage_v1 import types
+
+    answer = _get_write_stream(self, request_bytes, context)
+    if not answer:  # an error, set on the context
+        return answer
+    stream = types.WriteStream.deserialize(answer)
+    state = self._manager.get(stream.name)
+    if state is None or state.state is not WriteStreamState.COMMITTED:
+        return answer
+    stream.commit_time = write_servicer._now_timestamp()
+    return types.WriteStream.serialize(stream)
+
+
+write_servicer.BigQueryWriteHandler._handle_get_write_stream = _handle_get_write_stream  # type: ignore[method-assign]
 
 
 def _adding_columns(update):  # type: ignore[no-untyped-def]
