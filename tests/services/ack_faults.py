@@ -46,10 +46,6 @@ class LostAckProxy(TCPFaultProxy):
         self._times = 0
         self._connections: dict[socket.socket, _Connection] = {}
 
-    def __enter__(self) -> LostAckProxy:
-        self.start()
-        return self
-
     def lose_reply_to(self, trigger: bytes, *, after: bytes = b"", times: int = 1) -> None:
         """Drop the reply to the next ``times`` requests containing ``trigger`` (each on a
         connection that sent ``after`` before, when given)."""

@@ -24,12 +24,13 @@ import selectors
 import socket
 import threading
 import time
-from types import TracebackType
+
+from .common import Service
 
 __all__ = ["BlackHole"]
 
 
-class BlackHole:
+class BlackHole(Service):
     """Accepts TCP connections on 127.0.0.1:<free port> and never answers; see the module doc."""
 
     host = "127.0.0.1"
@@ -83,17 +84,6 @@ class BlackHole:
             self._thread.join(timeout=5)
             self._thread = None
         self._close_all()
-
-    def __enter__(self) -> BlackHole:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals ------------------------------------------------------------------------
 

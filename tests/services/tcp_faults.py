@@ -16,12 +16,13 @@ import contextlib
 import socket
 import threading
 import time
-from types import TracebackType
+
+from .common import Service
 
 __all__ = ["TCPFaultProxy"]
 
 
-class TCPFaultProxy:
+class TCPFaultProxy(Service):
     """Forwards 127.0.0.1:<port> to ``target_host:target_port``; see the module doc."""
 
     host = "127.0.0.1"
@@ -72,17 +73,6 @@ class TCPFaultProxy:
             with contextlib.suppress(OSError):
                 self._listener.close()
         self._close_all()
-
-    def __enter__(self) -> TCPFaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals ------------------------------------------------------------------------
 

@@ -25,7 +25,8 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+
+from .common import Service
 
 __all__ = ["TLSFront", "TestCertificates", "make_certificates"]
 
@@ -107,7 +108,7 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-class TLSFront:
+class TLSFront(Service):
     """Terminates TLS on 127.0.0.1:<port> and forwards the plain bytes to ``target``.
 
     ``handshakes`` counts the TLS handshakes completed; ``refused`` those that failed (the
@@ -156,17 +157,6 @@ class TLSFront:
             sockets, self._sockets = self._sockets, set()
         for s in sockets:
             _close(s)
-
-    def __enter__(self) -> TLSFront:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals ------------------------------------------------------------------------
 
