@@ -101,9 +101,10 @@ class Secret:
 def client_key(options: SinkOptions, *extra: Hashable) -> tuple[Hashable, ...]:
     """A cache key for a client made from ``options``: secret values only as a digest."""
     parts: list[Hashable] = [type(options).__qualname__]
+    shown = options.redacted()
     for spec in options.specs():
         value = getattr(options, spec.name)
-        if spec.secret and value is not None:
+        if value is not None and shown[spec.name] != value:  # a secret, or a URL's password
             value = secret_digest(str(value))
         parts.append((spec.name, value))
     return (*parts, *extra)
