@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from .errors import RetryableError
 from .localstate import default_state_directory, open_private_file, state_root
-from .options import SinkOptions
+from .options import SinkOptions, shown_value
 
 __all__ = [
     "CONNECT_TIMEOUT_CAP",
@@ -101,10 +101,9 @@ class Secret:
 def client_key(options: SinkOptions, *extra: Hashable) -> tuple[Hashable, ...]:
     """A cache key for a client made from ``options``: secret values only as a digest."""
     parts: list[Hashable] = [type(options).__qualname__]
-    shown = options.redacted()
     for spec in options.specs():
         value = getattr(options, spec.name)
-        if value is not None and shown[spec.name] != value:  # a secret, or a URL's password
+        if value is not None and shown_value(spec, value) != value:  # a secret, a URL password
             value = secret_digest(str(value))
         parts.append((spec.name, value))
     return (*parts, *extra)

@@ -41,6 +41,7 @@ __all__ = [
     "load_callable",
     "normalize_name",
     "option",
+    "shown_value",
 ]
 
 # Options Spark itself adds to a data source's options; never an error.
@@ -222,7 +223,7 @@ class SinkOptions:
         secrets, options and map entries whose name says they are credentials, and the
         password part of URLs and DSNs (the rest of them stays readable). A map option
         (such as iceberg's ``catalog.*`` properties) is shown as a dict."""
-        return {spec.name: _shown(spec, getattr(self, spec.name)) for spec in self.specs()} | {
+        return {spec.name: shown_value(spec, getattr(self, spec.name)) for spec in self.specs()} | {
             f.name: _shown_map(getattr(self, f.name))
             for f in dataclasses.fields(self)
             if "doc" not in f.metadata and _is_map(getattr(self, f.name))
@@ -300,8 +301,8 @@ def _shown_map(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return {k: REDACTED if is_secret_name(k) else mask_value(str(v)) for k, v in pairs}
 
 
-def _shown(spec: OptionSpec, value: Any) -> Any:
-    """An option's value as it may be shown."""
+def shown_value(spec: OptionSpec, value: Any) -> Any:
+    """An option's value as it may be shown (secrets ``***``, URL passwords masked)."""
     if value is None:
         return None
     if spec.is_secret:

@@ -31,10 +31,11 @@ they stand as a URL password or a ``password=`` value.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import traceback
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
@@ -92,6 +93,7 @@ def _segments(name: str) -> list[str]:
     return parts
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """Whether an option or property named ``name`` holds a credential (by its name).
 
@@ -294,13 +296,14 @@ def _own_text(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def scrubbed_errors(secrets: Iterable[Any]) -> Iterator[None]:
+def scrubbed_errors(secrets: Iterable[Any] | Callable[[], Iterable[Any]]) -> Iterator[None]:
     """Run a block; an exception leaving it carries none of ``secrets`` in its text, its
-    arguments, its notes or its chain (see :func:`scrub_exception`)."""
+    arguments, its notes or its chain (see :func:`scrub_exception`). ``secrets`` may be a
+    function giving them: it is called only when an exception passes."""
     try:
         yield
     except Exception as exc:
-        clean = scrub_exception(exc, secrets)
+        clean = scrub_exception(exc, secrets() if callable(secrets) else secrets)
         if clean is exc:
             raise
         raise clean from None

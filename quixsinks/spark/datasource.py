@@ -150,7 +150,7 @@ class QuixDataSource(DataSource):
                 value="overwrite",
                 allowed=("append",),
             )
-        with scrubbed_errors(options.secret_values()):
+        with scrubbed_errors(options.secret_values):
             sink = cls(options, overwrite=overwrite)
             sink.prepare(_arrow_schema(schema))
             key = (cls, options, overwrite)
@@ -219,7 +219,7 @@ class _SinkWriter:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         _ensure_logging()
         # the one boundary of a task: no error leaves it with a secret in its text or chain
-        with scrubbed_errors(self.sink.options.secret_values()):
+        with scrubbed_errors(self.sink.options.secret_values):
             return self._write_task(iterator)
 
     def _write_task(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
@@ -275,7 +275,7 @@ class _SinkWriter:
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
-        with scrubbed_errors(self.sink.options.secret_values()):
+        with scrubbed_errors(self.sink.options.secret_values):
             self._commit_batch(messages, batch_id)
 
     def _commit_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -307,7 +307,7 @@ class _SinkWriter:
 
     def _abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
-        with scrubbed_errors(self.sink.options.secret_values()):
+        with scrubbed_errors(self.sink.options.secret_values):
             self._abort_batch(messages, batch_id)
 
     def _abort_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:

@@ -327,3 +327,45 @@ def test_a_bad_value_of_an_option_with_a_url_is_shown_masked() -> None:
             }
         )
     assert "M-" not in str(raised.value) + repr(vars(raised.value))
+
+
+def test_the_boundary_asks_for_the_secrets_only_when_an_error_passes() -> None:
+    asked: list[int] = []
+
+    def secrets() -> list[str]:
+        asked.append(1)
+        return ["lazy-s3cret"]
+
+    with scrubbed_errors(secrets):
+        pass
+    assert asked == []
+    with pytest.raises(RuntimeError, match=r"\*\*\*") as raised, scrubbed_errors(secrets):
+        raise RuntimeError("boom lazy-s3cret")
+    assert "lazy-s3cret" not in str(raised.value)
+    assert asked == [1]
+
+
+def test_check_prints_no_secret_of_a_bad_option_value(capsys: pytest.CaptureFixture[str]) -> None:
+    from quixsinks.cli import main
+
+    code = main(
+        [
+            "check",
+            "--format",
+            "tsdatalake",
+            "-o",
+            "path=/nonexistent-qs/lake",
+            "-o",
+            "table_name=t",
+            "-o",
+            "catalog_url=http://u:cli-s3cret@127.0.0.1:1/",
+            "-o",
+            "catalog_auth_token=cli-t0ken",
+            "-o",
+            "catalog_timeout_seconds=cli-t0ken",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "cli-s3cret" not in out
+    assert "cli-t0ken" not in out
