@@ -123,7 +123,16 @@ _ASSIGNMENT = re.compile(
     r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,'\")]+)"
 )
 # "Authorization: Bearer xyz" / "Basic xyz" as a header line or an echoed request
-_AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
+# (a credential has a digit or a symbol: "basic authentication failed" is left alone)
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(bearer|basic)\s+(?P<value>(?=[A-Za-z]*[0-9._~+/=\-])[A-Za-z0-9._~+/=\-]{8,})"
+)
+
+
+# "Authorization: <scheme> <credentials>" as an echoed header
+_AUTH_LINE = re.compile(
+    r"(?i)\b((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)(\w+\s+)?[^\s'\",}]+"
+)
 
 
 def _mask_url_passwords(text: str) -> str:
@@ -201,6 +210,7 @@ def scrub(text: str, secrets: Iterable[Any] = ()) -> str:
     their URL-encoded or escaped forms, nor URL passwords and ``name=value`` credentials.
     """
     text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", mask_value(text))
+    text = _AUTH_LINE.sub(lambda m: m.group(1) + (m.group(2) or "") + REDACTED, text)
     forms = _variants(secrets)
     # a replacement shortens the text (secrets are longer than "***"), so this ends; it
     # repeats because a replacement can join the text around it into another secret

@@ -369,3 +369,11 @@ def test_check_prints_no_secret_of_a_bad_option_value(capsys: pytest.CaptureFixt
     assert code == 1
     assert "cli-s3cret" not in out
     assert "cli-t0ken" not in out
+
+
+def test_scrub_leaves_ordinary_words_after_bearer_or_basic_alone() -> None:
+    text = "HTTP basic authentication failed; bearer required"
+    assert scrub(text) == text
+    assert scrub("Authorization: Basic dXNlcjpwYXNz") == "Authorization: Basic ***"
+    assert scrub("{'Authorization': 'Bearer abcdef'}") == "{'Authorization': 'Bearer ***'}"
+    assert scrub("sent Bearer eyJhbGciOi.J9x") == "sent Bearer ***"
