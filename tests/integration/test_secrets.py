@@ -33,6 +33,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -313,30 +314,40 @@ def spark_sql_executions(spark: Any) -> str:
     return "\n".join(texts)
 
 
-def check_outputs(runs: dict[str, dict[str, str]]) -> str:
-    """``python -m quixsinks check`` of each sink (one interpreter runs them all, through
-    the same ``main`` as the command line); each must fail."""
+def start_checks(runs: dict[str, dict[str, str]], tmp: Path) -> Callable[[], str]:
+    """Start ``python -m quixsinks check`` of each sink (one interpreter runs them all,
+    through the same ``main`` as the command line); the returned function waits for it,
+    checks that each failed and gives everything it printed."""
     script = (
         "import json, sys\n"
         "from quixsinks.cli import main\n"
-        "for name, options in json.load(sys.stdin).items():\n"
+        "for name, options in json.load(open(sys.argv[1])).items():\n"
         "    args = ['check', '--format', name, '--column', 'id:int64', '--column', 'key:string']\n"
         "    for key, value in options.items():\n"
         "        args += ['-o', f'{key}={value}']\n"
         "    print('exit', name, main(args), flush=True)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        input=json.dumps(runs),
-        capture_output=True,
+    arguments = tmp / f"check-{uuid.uuid4().hex[:6]}.json"
+    arguments.write_text(json.dumps(runs), encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(arguments)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    for name in runs:
-        assert f"exit {name} 1" in result.stdout, result.stdout[-3000:]
-    return result.stdout + result.stderr
+
+    def result() -> str:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+        for name in runs:
+            assert f"exit {name} 1" in out, out[-3000:]
+        return out + err
+
+    return result
+
+
+def check_outputs(runs: dict[str, dict[str, str]], tmp: Path) -> str:
+    return start_checks(runs, tmp)()
 
 
 # ----------------------------------------------------------------------------- the test
@@ -359,14 +370,17 @@ def test_no_secret_in_anything_a_failing_write_of_any_sink_prints(
     runs = {name: sink_options(name, mark, port, tmp_path / name) for name in sorted(BUILTIN_SINKS)}
     for name, options in runs.items():
         assert any(is_secret_name(k) for k in options) or name == "csvfile", name
-    # the streaming queries run side by side while the batch writes go one by one
+    # everything runs side by side: the checks, the streaming queries, the batch writes
+    checks = start_checks(runs, tmp_path)
     queries = {name: start_failing_stream(spark, name, o, tmp_path) for name, o in runs.items()}
-    texts = {
-        f"{name}: batch write": failing_batch_write(spark, name, o) for name, o in runs.items()
-    }
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        writes = {
+            name: pool.submit(failing_batch_write, spark, name, o) for name, o in runs.items()
+        }
+        texts = {f"{name}: batch write": future.result() for name, future in writes.items()}
     for name, query in queries.items():
         texts[f"{name}: streaming query"] = failed_stream_texts(spark, query)
-    texts["check"] = check_outputs(runs)
+    texts["check"] = checks()
     texts["listener events"] = "\n".join(listener_events)
     texts["SQL executions (UI, event log)"] = spark_sql_executions(spark)
     printed = capfd.readouterr()
@@ -401,7 +415,9 @@ def test_redis_url_password_and_wrong_credentials_never_show(
         query = start_failing_stream(spark, "redis", options, tmp_path)
         texts[what] = failing_batch_write(spark, "redis", options)
         texts[f"{what} stream"] = failed_stream_texts(spark, query)
-    texts["check"] = check_outputs({"redis": wrong}) + check_outputs({"redis": url})
+    texts["check"] = check_outputs({"redis": wrong}, tmp_path) + check_outputs(
+        {"redis": url}, tmp_path
+    )
     printed = capfd.readouterr()
     texts["printed"] = printed.out + printed.err + jvm()
     assert "credentials were refused" in texts["wrong password"]
@@ -425,7 +441,7 @@ def test_postgresql_wrong_password_never_shows(
     texts = {
         "batch": failing_batch_write(spark, "postgresql", options),
         "stream": failed_stream_texts(spark, query),
-        "check": check_outputs({"postgresql": options}),
+        "check": check_outputs({"postgresql": options}, tmp_path),
     }
     printed = capfd.readouterr()
     texts["printed"] = printed.out + printed.err + jvm()
