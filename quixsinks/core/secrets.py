@@ -242,6 +242,8 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def _scrub_value(value: Any, forms: list[str], secrets: list[Any]) -> Any:
     if isinstance(value, str):
         return scrub(value, secrets) if _leaks(value, forms) else value
+    if isinstance(value, (tuple, list, Mapping)) and not _leaks(repr(value), forms):
+        return value  # unchanged, and of its own type
     if isinstance(value, (tuple, list)):
         return type(value)(_scrub_value(v, forms, secrets) for v in value)
     if isinstance(value, Mapping):
@@ -273,6 +275,12 @@ def scrub_exception(exc: BaseException, secrets: Iterable[Any]) -> BaseException
             for name, value in list(vars(link).items()):
                 if not name.startswith("__"):
                     setattr(link, name, _scrub_value(value, forms, secret_list))
+            if isinstance(link, OSError):  # its text comes from these, not from args
+                for name in ("strerror", "filename", "filename2"):
+                    value = getattr(link, name)
+                    clean = _scrub_value(value, forms, secret_list)
+                    if clean is not value:  # set only what changed (a None here is not unset)
+                        setattr(link, name, clean)
         except (AttributeError, TypeError):  # read-only attributes: judged by its text below
             pass
         notes = getattr(link, "__notes__", None)

@@ -377,3 +377,10 @@ def test_scrub_leaves_ordinary_words_after_bearer_or_basic_alone() -> None:
     assert scrub("Authorization: Basic dXNlcjpwYXNz") == "Authorization: Basic ***"
     assert scrub("{'Authorization': 'Bearer abcdef'}") == "{'Authorization': 'Bearer ***'}"
     assert scrub("sent Bearer eyJhbGciOi.J9x") == "sent Bearer ***"
+
+
+def test_an_os_error_naming_a_secret_file_is_scrubbed_in_place() -> None:
+    marker = "key-file-M4rker"
+    error = scrub_exception(FileNotFoundError(2, "No such file", f"/keys/{marker}"), [marker])
+    assert isinstance(error, FileNotFoundError)
+    assert marker not in "".join(traceback.format_exception(error))
