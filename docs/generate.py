@@ -50,7 +50,7 @@ def table(name: str) -> str:
         doc = spec.doc.replace("|", "\\|")
         if spec.env:
             doc += f"; env `{spec.env}`"
-        if spec.secret:
+        if spec.is_secret:
             doc += "; secret: never logged"
         kind = " \\| ".join(spec.choices) if spec.choices else spec.type_name
         rows.append(f"| {names} | {kind} | `{spec.default_text()}` | {doc} |")

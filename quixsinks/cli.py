@@ -23,7 +23,8 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from .core.errors import QuixSinksError
-from .core.options import REDACTED, normalize_name
+from .core.options import normalize_name
+from .core.secrets import is_secret_name, scrub, secret_parts
 
 __all__ = ["main"]
 
@@ -62,9 +63,7 @@ class _Report:
         self.secrets = [s for s in secrets if s]
 
     def line(self, text: str) -> None:
-        for secret in self.secrets:
-            text = text.replace(secret, REDACTED)
-        print(text, file=self.out)
+        print(scrub(text, self.secrets), file=self.out)
 
     def step(self, what: str, fn: Callable[[], Any]) -> bool:
         try:
@@ -98,7 +97,10 @@ def check(name: str, raw: dict[str, str], schema: pa.Schema | None, out: TextIO)
         if spec.secret
         for name in (spec.name, *spec.aliases)
     }
-    report.secrets = [v for k, v in raw.items() if v and normalize_name(k) in secret]
+    # every value the user gave under a secret's name, before parsing (an error may quote it)
+    report.secrets = [
+        v for k, v in raw.items() if v and (normalize_name(k) in secret or is_secret_name(k))
+    ] + [part for v in raw.values() for part in secret_parts(v)]
 
     def parse() -> None:
         found["options"] = sink_class.options_class.from_options(raw)
@@ -106,10 +108,7 @@ def check(name: str, raw: dict[str, str], schema: pa.Schema | None, out: TextIO)
     if not report.step("options", parse):
         return 1
     options = found["options"]
-    for spec in options.specs():  # secrets from the environment too
-        value = getattr(options, spec.name)
-        if spec.secret and value:
-            report.secrets.append(str(value.reveal() if hasattr(value, "reveal") else value))
+    report.secrets.extend(options.secret_values())  # from the environment and URLs too
     defaults = {spec.name: spec.default for spec in options.specs()}
     # redacted() may show more than the declared options (iceberg's catalog.* properties)
     given = {

@@ -65,6 +65,7 @@ from .errors import (
     SinkBackpressureError,
     timed_out,
 )
+from .secrets import scrub
 
 if TYPE_CHECKING:
     from azure.storage.blob import BlobServiceClient, ContainerClient
@@ -816,11 +817,8 @@ def _retry_after(headers: Any) -> float | None:
 
 
 def _scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with query strings (SAS tokens) and known secret values cut out, shortened."""
-    text = re.sub(r"\?[^\s'\"]*", "?...", text)
-    text = re.sub(r"(?i)(sig|accountkey|sharedaccesssignature)=[^\s;&'\"]*", r"\1=***", text)
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
+    """``text`` with query strings (SAS tokens) and known secrets cut out (the one
+    scrubber, :func:`quixsinks.core.secrets.scrub`), shortened to its first line."""
+    text = re.sub(r"\?[^\s'\"]*", "?...", scrub(text, secrets))
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first[:300]

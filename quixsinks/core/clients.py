@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from .errors import RetryableError
 from .localstate import default_state_directory, open_private_file, state_root
-from .options import SinkOptions
+from .options import SinkOptions, shown_value
 
 __all__ = [
     "CONNECT_TIMEOUT_CAP",
@@ -103,7 +103,7 @@ def client_key(options: SinkOptions, *extra: Hashable) -> tuple[Hashable, ...]:
     parts: list[Hashable] = [type(options).__qualname__]
     for spec in options.specs():
         value = getattr(options, spec.name)
-        if spec.secret and value is not None:
+        if value is not None and shown_value(spec, value) != value:  # a secret, a URL password
             value = secret_digest(str(value))
         parts.append((spec.name, value))
     return (*parts, *extra)

@@ -31,6 +31,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, Union
 
 from .errors import OptionError, format_allowed
+from .secrets import REDACTED, is_secret_name, mask_value, secret_parts
 
 __all__ = [
     "REDACTED",
@@ -40,9 +41,8 @@ __all__ = [
     "load_callable",
     "normalize_name",
     "option",
+    "shown_value",
 ]
-
-REDACTED = "***"
 
 # Options Spark itself adds to a data source's options; never an error.
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
@@ -70,7 +70,8 @@ def option(
     Args:
         default: the default value; leave out for a required option.
         doc: one line for the docs and for error messages.
-        secret: never shown in reprs, logs or errors.
+        secret: never shown in reprs, logs or errors (an option whose name says it is a
+            credential is secret without this: see :mod:`quixsinks.core.secrets`).
         env: environment variable read (on the driver) when the option is not given.
         aliases: other accepted names (e.g. Quix's ``time_setter`` for ``time_key``).
         minimum: smallest allowed value for a number.
@@ -87,7 +88,7 @@ def option(
     }
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple or None as an option default")
-    return field(default=default, metadata=metadata, repr=not secret)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,11 @@ class OptionSpec:
     choices: tuple[str, ...] | None
     minimum: float | None = None
     positive: bool = False
+
+    @property
+    def is_secret(self) -> bool:
+        """Declared secret, or a name that says so (the one rule, quixsinks.core.secrets)."""
+        return self.secret or is_secret_name(self.name)
 
     @property
     def camel_name(self) -> str:
@@ -134,6 +140,13 @@ class SinkOptions:
     """
 
     sink_name: ClassVar[str] = "sink"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # @dataclass adds a __repr__ showing every field unless the class has one: each
+        # options class gets the redacted one
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = SinkOptions.__repr__  # type: ignore[method-assign]
 
     @classmethod
     def from_options(cls: type[T], options: Mapping[str, str]) -> T:
@@ -206,12 +219,43 @@ class SinkOptions:
         return result
 
     def redacted(self) -> dict[str, Any]:
-        """The options as a dict with every secret replaced by ``***`` (for logs)."""
-        out: dict[str, Any] = {}
-        for spec in self.specs():
-            value = getattr(self, spec.name)
-            out[spec.name] = REDACTED if spec.secret and value is not None else value
-        return out
+        """The options as a dict, every secret replaced by ``***`` (for logs): declared
+        secrets, options and map entries whose name says they are credentials, and the
+        password part of URLs and DSNs (the rest of them stays readable). A map option
+        (such as iceberg's ``catalog.*`` properties) is shown as a dict."""
+        return {spec.name: shown_value(spec, getattr(self, spec.name)) for spec in self.specs()} | {
+            f.name: _shown_map(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if "doc" not in f.metadata and _is_map(getattr(self, f.name))
+        }
+
+    def secret_values(self) -> list[str]:
+        """Every secret these options hold (whole secret values, passwords of URLs and
+        DSNs, credential entries of map options): what a scrubber takes out of a text."""
+        values: list[str] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if _is_map(value):
+                for key, item in value:
+                    secret = is_secret_name(key)
+                    values.extend([item, *secret_parts(item)] if secret else secret_parts(item))
+                continue
+            secret = bool(f.metadata.get("secret")) or is_secret_name(f.name)
+            items = value if isinstance(value, tuple) else (value,)
+            for item in items:
+                if isinstance(item, str) and item:
+                    values.extend([item, *secret_parts(item)] if secret else secret_parts(item))
+        return list(dict.fromkeys(values))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{name}={value!r}"
+            for name, value in self.redacted().items()
+            if value not in (None, (), {})
+        )
+        return f"{type(self).__name__}({shown})"
 
     def replace(self: T, **changes: Any) -> T:
         return dataclasses.replace(self, **changes)
@@ -242,6 +286,34 @@ class SinkOptions:
             option=raw_key,
             allowed=names,
         )
+
+
+def _is_map(value: Any) -> bool:
+    """A map option: a tuple of (key, value) string pairs (e.g. pass-through properties)."""
+    return (
+        isinstance(value, tuple)
+        and bool(value)
+        and all(isinstance(item, tuple) and len(item) == 2 for item in value)
+    )
+
+
+def _shown_map(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    return {k: REDACTED if is_secret_name(k) else mask_value(str(v)) for k, v in pairs}
+
+
+def shown_value(spec: OptionSpec, value: Any) -> Any:
+    """An option's value as it may be shown (secrets ``***``, URL passwords masked)."""
+    if value is None:
+        return None
+    if spec.is_secret:
+        return REDACTED
+    if isinstance(value, str):
+        return mask_value(value)
+    if _is_map(value):
+        return _shown_map(value)
+    if isinstance(value, tuple):
+        return tuple(mask_value(v) if isinstance(v, str) else v for v in value)
+    return value
 
 
 def _evaluate(annotation: Any, f: dataclasses.Field[Any], cls: type) -> Any:
@@ -289,7 +361,7 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 
 def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
     """Turn one option string into its typed value, or raise a precise OptionError."""
-    shown = REDACTED if spec.secret else raw
+    shown = REDACTED if spec.is_secret else mask_value(str(raw))
     inner, optional = _unwrap_optional(hint)
     text = str(raw).strip()
     # "none"/"null" unset an optional option; a secret is taken as given (a password may

@@ -51,6 +51,7 @@ from .errors import (
     SinkBackpressureError,
     timed_out,
 )
+from .secrets import scrub
 
 __all__ = ["S3Destination"]
 
@@ -346,10 +347,7 @@ class S3Destination(Destination):
 
     def _scrub(self, text: str) -> str:
         """``text`` with any secret of ours replaced (servers may echo what they received)."""
-        for secret in (self._secret_access_key, self._session_token):
-            if secret is not None and secret.reveal():
-                text = text.replace(secret.reveal(), "***")
-        return text
+        return scrub(text, (self._secret_access_key, self._session_token))
 
     # -- Destination ----------------------------------------------------------------------------
 

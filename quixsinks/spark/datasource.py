@@ -41,6 +41,7 @@ from pyspark.sql.types import StructType
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
+from quixsinks.core.secrets import scrubbed_errors
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 __all__ = ["QuixDataSource", "ReceiptMessage", "data_source_for"]
@@ -149,12 +150,13 @@ class QuixDataSource(DataSource):
                 value="overwrite",
                 allowed=("append",),
             )
-        sink = cls(options, overwrite=overwrite)
-        sink.prepare(_arrow_schema(schema))
-        key = (cls, options, overwrite)
-        if key not in _PREFLIGHT_DONE:
-            sink.preflight()
-            _PREFLIGHT_DONE.add(key)
+        with scrubbed_errors(options.secret_values):
+            sink = cls(options, overwrite=overwrite)
+            sink.prepare(_arrow_schema(schema))
+            key = (cls, options, overwrite)
+            if key not in _PREFLIGHT_DONE:
+                sink.preflight()
+                _PREFLIGHT_DONE.add(key)
         return sink
 
 
@@ -216,6 +218,11 @@ class _SinkWriter:
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         _ensure_logging()
+        # the one boundary of a task: no error leaves it with a secret in its text or chain
+        with scrubbed_errors(self.sink.options.secret_values):
+            return self._write_task(iterator)
+
+    def _write_task(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         sink = self.sink
         context = self._context()
         task = Task(context, sink.options.retry_policy())
@@ -268,6 +275,10 @@ class _SinkWriter:
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
+        with scrubbed_errors(self.sink.options.secret_values):
+            self._commit_batch(messages, batch_id)
+
+    def _commit_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         receipts = _receipts(messages)
         context = self._commit_context(receipts, batch_id)
         if context is None:
@@ -296,6 +307,10 @@ class _SinkWriter:
 
     def _abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
+        with scrubbed_errors(self.sink.options.secret_values):
+            self._abort_batch(messages, batch_id)
+
+    def _abort_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         receipts = _receipts(messages)
         context = self._commit_context(receipts, batch_id)
         if context is None:

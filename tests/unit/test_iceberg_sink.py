@@ -10,7 +10,8 @@ import pytest
 
 from quixsinks.core.errors import LedgerFenceError, MissingDependencyError, OptionError
 from quixsinks.core.ledger import Ledger
-from quixsinks.sinks.iceberg.catalog import catalog_properties, scrub
+from quixsinks.core.secrets import scrub
+from quixsinks.sinks.iceberg.catalog import catalog_properties
 from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore, summary_properties
 from quixsinks.sinks.iceberg.options import IcebergOptions
 from quixsinks.sinks.iceberg.partitioning import PartitionField, parse_partition_by
@@ -89,7 +90,7 @@ def test_glue_and_s3_properties_and_pass_through() -> None:
     assert props["glue.secret-access-key"] == "s3cr3t"
     assert props["s3.endpoint"] == "http://127.0.0.1:5000"
     assert props["glue.id"] == "123"
-    assert "s3cr3t" not in scrub(f"boom {props}", opts)
+    assert "s3cr3t" not in scrub(f"boom {props}", opts.secret_values())
 
 
 def test_every_rest_catalog_request_gets_the_catalog_timeout() -> None:
@@ -324,7 +325,7 @@ def test_azure_account_keys_are_redacted() -> None:
     assert "azure-key-value" not in repr(opts)
     assert "sas-value" not in repr(opts)
     assert "acct" in repr(opts)
-    assert scrub("failed with azure-key-value", opts) == "failed with ***"
+    assert scrub("failed with azure-key-value", opts.secret_values()) == "failed with ***"
 
 
 def test_an_azure_warehouse_in_the_account_form_is_refused_saying_what_to_write() -> None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from quixsinks.core.clients import connect_timeout
 from quixsinks.core.errors import MissingDependencyError
 
-from .options import IcebergOptions, is_secret_property
+from .options import IcebergOptions
 
 __all__ = [
     "TIMEOUT_PROPERTY",
@@ -33,7 +33,6 @@ __all__ = [
     "is_timeout",
     "load_catalog",
     "load_io",
-    "scrub",
 ]
 
 # the oldest pyarrow pyiceberg's writer works with (pyiceberg[pyarrow] declares it too)
@@ -186,23 +185,3 @@ def is_timeout(exc: BaseException | None) -> bool:
     except ImportError:
         return False
     return isinstance(exc, (ConnectTimeoutError, ReadTimeoutError))
-
-
-def scrub(text: str, opts: IcebergOptions) -> str:
-    """``text`` with every credential of ``opts`` replaced by ``***``."""
-    secrets = [
-        opts.catalog_uri,
-        opts.aws_access_key_id,
-        opts.aws_secret_access_key,
-        opts.aws_session_token,
-        *(v for k, v in opts.catalog_properties if is_secret_property(k) or k == "uri"),
-    ]
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    uri = opts.catalog_uri
-    if uri:
-        parsed = urlparse(uri)
-        if parsed.password:
-            text = text.replace(parsed.password, "***")
-    return text

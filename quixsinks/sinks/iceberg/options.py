@@ -2,7 +2,8 @@
 
 Catalog properties that have no option of their own are passed through to pyiceberg's
 ``load_catalog`` as ``catalog.<key>`` options (e.g. ``catalog.s3.endpoint``); values of
-keys that look like credentials are never shown.
+keys that look like credentials (:func:`quixsinks.core.secrets.is_secret_name`) and URL
+passwords are never shown.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 from urllib.parse import urlparse
 
 from quixsinks.core.errors import OptionError
-from quixsinks.core.options import REDACTED, option
+from quixsinks.core.options import option
+from quixsinks.core.secrets import REDACTED, is_secret_name, mask_value
 from quixsinks.core.sink import LedgerOptions
 
 __all__ = [
@@ -34,9 +36,6 @@ CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "in-memory", "bigque
 AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 _CATALOG_TYPE_ALIASES = {"aws_glue": "glue", "memory": "in-memory", "sqlite": "sql"}
 
-_SECRET_WORDS = re.compile(
-    r"(secret|token|credential|password|key-id|access-key|account-key|sas|signer)"
-)
 #: a duration: a number and an optional unit (seconds without one)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS = {
@@ -88,8 +87,9 @@ def parse_duration(text: str, option: str) -> float:
 
 
 def is_secret_property(key: str) -> bool:
-    """Whether a catalog property holds a credential (its value is never shown)."""
-    return bool(_SECRET_WORDS.search(key.lower()))
+    """Whether a catalog property holds a credential (its value is never shown): the one
+    rule of :func:`quixsinks.core.secrets.is_secret_name`."""
+    return is_secret_name(key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,17 +255,12 @@ class IcebergOptions(LedgerOptions):
             )
 
     def shown_catalog_properties(self) -> dict[str, str]:
-        """The pass-through catalog properties with credentials replaced by ``***``."""
-        return {k: REDACTED if is_secret_property(k) else v for k, v in self.catalog_properties}
-
-    def redacted(self) -> dict[str, Any]:
-        out = super().redacted()
-        out["catalog_properties"] = self.shown_catalog_properties()
-        return out
-
-    def __repr__(self) -> str:
-        shown = {k: v for k, v in self.redacted().items() if v not in (None, (), {})}
-        return "IcebergOptions(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+        """The pass-through catalog properties with credentials replaced by ``***`` (and
+        URL passwords masked)."""
+        return {
+            k: REDACTED if is_secret_property(k) else mask_value(v)
+            for k, v in self.catalog_properties
+        }
 
     @property
     def expire_older_than_seconds(self) -> float | None:

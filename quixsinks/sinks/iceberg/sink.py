@@ -39,6 +39,7 @@ from quixsinks.core.errors import (
     RecordError,
     timed_out,
 )
+from quixsinks.core.secrets import scrub
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .catalog import (
@@ -49,7 +50,6 @@ from .catalog import (
     load_catalog,
     load_io,
 )
-from .catalog import scrub as _scrub
 from .commit import append_once
 from .ledger import SnapshotLedgerStore
 from .maintenance import expire_old_snapshots
@@ -169,7 +169,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         return f"iceberg table {self.options.table_name} ({self.options.catalog_type} catalog)"
 
     def _catalog_error(self, exc: BaseException, what: str) -> DestinationError:
-        text = _scrub(f"{type(exc).__name__}: {exc}", self.options)
+        text = scrub(f"{type(exc).__name__}: {exc}", self.options.secret_values())
         if is_timeout(exc):
             text = f"{timed_out(self.options.catalog_timeout_seconds, TIMEOUT_OPTION)}: {text}"
         return DestinationError(
@@ -466,7 +466,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             table_name=opts.table_name,
             max_attempts=opts.commit_max_attempts,
             overwrite=self.overwrite,
-            scrub=lambda text: _scrub(text, opts),
+            scrub=lambda text: scrub(text, opts.secret_values()),
             forget_client=lambda: forget_catalog(opts),
             timeout_seconds=opts.catalog_timeout_seconds,
         )
@@ -489,7 +489,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             opts.keep_snapshots,
             None if max_age is None else int(_now_ms() - max_age * 1000),
             table_name=opts.table_name,
-            scrub=lambda text: _scrub(text, opts),
+            scrub=lambda text: scrub(text, opts.secret_values()),
             log=logger,
         )
 
@@ -513,7 +513,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             logger.warning(
                 "iceberg: sweeping unreferenced data files of %s failed: %s",
                 self.options.table_name,
-                _scrub(str(exc), self.options),
+                scrub(str(exc), self.options.secret_values()),
             )
             return 0
 

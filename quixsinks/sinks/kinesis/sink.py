@@ -46,6 +46,7 @@ from quixsinks.core.errors import (
 )
 from quixsinks.core.formats import csv_keys, json_objects
 from quixsinks.core.options import load_callable
+from quixsinks.core.secrets import scrub as scrub_secrets
 from quixsinks.core.sink import Sink, Task
 
 from .options import KinesisOptions
@@ -124,10 +125,7 @@ def translate(
         return exc
 
     def scrub(text: str) -> str:
-        for secret in secrets:
-            if secret:
-                text = text.replace(secret, "***")
-        return text
+        return scrub_secrets(text, secrets)
 
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {})
@@ -343,7 +341,7 @@ class KinesisSink(Sink[KinesisOptions, None]):
                 exc,
                 what,
                 stream=opts.stream_name,
-                secrets=[s for s in (opts.aws_secret_access_key, opts.aws_session_token) if s],
+                secrets=opts.secret_values(),
                 timeout=opts.request_timeout_seconds,
             )
             if error is exc:

@@ -41,13 +41,13 @@ from quixsinks.core.errors import (
     QuixSinksError,
     timed_out,
 )
+from quixsinks.core.secrets import mask_value, scrub
 from quixsinks.core.sink import CommitContext
 from quixsinks.sinks.iceberg.catalog import (
     forget_catalog,
     import_pyiceberg,
     is_timeout,
     load_catalog,
-    scrub,
 )
 from quixsinks.sinks.iceberg.commit import append_once
 from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore
@@ -191,17 +191,22 @@ class CatalogTable:
         return f"{self._absolute(self.root_url)}/{key}"
 
     def _error(self, exc: BaseException, what: str) -> DestinationError:
-        text = scrub(f"{type(exc).__name__}: {exc}", self.iceberg)
-        token = self.options.catalog_auth_token
-        if token:
-            text = text.replace(token, "***")
+        text = self._scrub(f"{type(exc).__name__}: {exc}")
         if is_timeout(exc):
             seconds = self.options.catalog_timeout_seconds
             text = f"{timed_out(seconds, 'catalog_timeout_seconds')}: {text}"
         return DestinationError(
-            f"tsdatalake: {what} in the catalog at {self.options.catalog_url} failed: {text}",
-            location=str(self.options.catalog_url),
+            f"tsdatalake: {what} in the catalog at {self._url} failed: {text}",
+            location=self._url,
         )
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, [*self.options.secret_values(), *self.iceberg.secret_values()])
+
+    @property
+    def _url(self) -> str:
+        """``catalog_url`` as messages show it (its password masked)."""
+        return mask_value(str(self.options.catalog_url))
 
     def _catalog(self) -> Any:
         import_pyiceberg()
@@ -230,9 +235,8 @@ class CatalogTable:
         table = self.load()
         if table is None:
             raise DestinationNotFoundError(
-                f"tsdatalake: table {self.identifier} is gone from the catalog at "
-                f"{self.options.catalog_url}",
-                location=str(self.options.catalog_url),
+                f"tsdatalake: table {self.identifier} is gone from the catalog at {self._url}",
+                location=self._url,
             )
         return table
 
@@ -246,9 +250,9 @@ class CatalogTable:
             if not self.options.auto_discover:
                 raise DestinationNotFoundError(
                     f"tsdatalake: table {self.identifier} does not exist in the catalog at "
-                    f"{self.options.catalog_url} and auto_discover=false; create it, or set "
+                    f"{self._url} and auto_discover=false; create it, or set "
                     "auto_discover=true",
-                    location=str(self.options.catalog_url),
+                    location=self._url,
                 )
             if row_schema is not None:
                 self.ensure(row_schema)
@@ -403,7 +407,7 @@ class CatalogTable:
             ledger=self.iceberg.ledger,
             table_name=self.identifier,
             max_attempts=self.iceberg.commit_max_attempts,
-            scrub=lambda text: scrub(text, self.iceberg),
+            scrub=self._scrub,
             forget_client=lambda: forget_catalog(self.iceberg),
             sink="tsdatalake",
             timeout_seconds=self.options.catalog_timeout_seconds,
@@ -414,7 +418,7 @@ class CatalogTable:
             self.iceberg.keep_snapshots,
             None,
             table_name=self.identifier,
-            scrub=lambda text: scrub(text, self.iceberg),
+            scrub=self._scrub,
             log=logger,
             sink="tsdatalake",
         )

@@ -36,6 +36,7 @@ from quixsinks.core.destinations import Destination, destination_for
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 from quixsinks.core.publish import FilePublisher, PublishResult, StagedFile, StagingArea
 from quixsinks.core.records import RecordSchema
+from quixsinks.core.secrets import mask_value
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 from quixsinks.sinks.iceberg.catalog import import_pyiceberg
 
@@ -185,7 +186,7 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     f"tsdatalake: catalog registration (catalog_url) supports tables on local "
                     f"disk and S3 in this release, not {self.target.url}",
                     option="catalog_url",
-                    value=opts.catalog_url,
+                    value=mask_value(opts.catalog_url),
                 )
             import_pyiceberg()  # the iceberg extra, before any data moves
             # the rows' columns when known now (JSON values: from the first micro-batch)
