@@ -85,9 +85,10 @@ def _as_text(column: pa.Array, name: str = "") -> pa.Array:
             column=name or None,
         )
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        from quixsinks.core.formats import decode_utf8
+        # strict: a replacement character could make two tags (two series) one
+        from quixsinks.core.formats import decode_utf8_strict
 
-        return decode_utf8(column)
+        return decode_utf8_strict(column, f"influxdb3: {name!r}")
     return pc.cast(column, pa.string())
 
 
