@@ -591,3 +591,13 @@ def test_bigquery_sql_and_storage_write_paths_keep_a_domain_scoped_project_whole
     sink = BigQuerySink(bigquery(project_id="example.com:my-project", table_name="ev ents"))
     assert sink._sql_table(sink.options.table_path) == "`example.com:my-project`.`d`.`ev ents`"
     assert sink._sql_table(sink._staging_id) == "`example.com:my-project`.`d`.`ev ents_qs_staging`"
+
+
+@pytest.mark.parametrize(("tags", "fields"), [(("time",), ("v",)), (("t",), ("time", "v"))])
+def test_a_tag_or_field_named_time_is_refused_not_dropped(
+    tags: tuple[str, ...], fields: tuple[str, ...]
+) -> None:
+    """InfluxDB 1.x accepts such a write and drops the tag or field silently."""
+    with pytest.raises(OptionError, match="cannot be named 'time'") as error:
+        LineProtocol(measurement="m", measurement_column=None, tags=tags, fields=fields)
+    assert error.value.value == "time"
