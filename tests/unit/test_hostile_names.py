@@ -601,3 +601,12 @@ def test_a_tag_or_field_named_time_is_refused_not_dropped(
     with pytest.raises(OptionError, match="cannot be named 'time'") as error:
         LineProtocol(measurement="m", measurement_column=None, tags=tags, fields=fields)
     assert error.value.value == "time"
+
+
+@pytest.mark.parametrize("sink_id", ["..", ".", "../x", "a/b", "a\\b", "a\nb", "x" * 201, "ü"])
+def test_file_names_come_from_a_sink_id_that_cannot_leave_the_directory(sink_id: str) -> None:
+    from quixsinks.sinks.file import FileOptions
+
+    with pytest.raises(OptionError, match="sink id") as error:
+        FileOptions.from_options({"path": "/tmp/out", "sink_id": sink_id})
+    assert error.value.option == "sink_id"
