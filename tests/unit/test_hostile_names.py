@@ -423,7 +423,7 @@ def test_redis_keys_read_back_to_their_columns_or_are_refused(
 
 
 def test_two_rows_that_would_build_one_key_are_refused_before_anything_is_sent() -> None:
-    with pytest.raises(RecordError, match=r"'a:b' of \{city\} \(row 1\) holds ':'"):
+    with pytest.raises(RecordError, match=r"the value 'a:b' of \{city\} \(row 1\) holds ':'"):
         redis_keys("s:{city}:{id}", {"city": ["a", "a:b"], "id": ["b:c", "c"]})
 
 

@@ -107,8 +107,9 @@ def _check_separators(text: pa.Array, name: str, separators: str, template: str)
     for character in separators:
         row = first_true(pc.match_substring(text, character))
         if row is not None:
+            shown = text[row].as_py().decode("utf-8", "replace")
             raise RecordError(
-                f"redis: the value {text[row].as_py()!r} of {{{name}}} (row {row}) holds "
+                f"redis: the value {shown!r} of {{{name}}} (row {row}) holds "
                 f"{character!r}, which separates it from the next column in 'key_template' "
                 f"{template!r}: two different rows could build the same key and one would "
                 "overwrite the other; replace that character in the column, or change the "
