@@ -603,7 +603,9 @@ def test_a_tag_or_field_named_time_is_refused_not_dropped(
     assert error.value.value == "time"
 
 
-@pytest.mark.parametrize("sink_id", ["..", ".", "../x", "a/b", "a\\b", "a\nb", "x" * 201, "ü"])
+@pytest.mark.parametrize(
+    "sink_id", ["..", ".", "../x", "a/b", "a\\b", "a\nb", "sink\n", "x" * 201, "ü"]
+)
 def test_file_names_come_from_a_sink_id_that_cannot_leave_the_directory(sink_id: str) -> None:
     from quixsinks.sinks.file import FileOptions
 
