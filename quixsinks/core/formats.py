@@ -337,6 +337,27 @@ def decode_utf8(column: pa.Array) -> pa.Array:
         )
 
 
+def decode_utf8_strict(column: pa.Array, what: str) -> pa.Array:
+    """Binary to string; RecordError naming ``what`` and the row of the first value that
+    is not UTF-8 (for names and keys, where a replacement character could make two
+    different values one)."""
+    try:
+        return pc.cast(column, pa.string())
+    except pa.ArrowInvalid:
+        for row, value in enumerate(column.to_pylist()):
+            if value is None:
+                continue
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise RecordError(
+                    f"{what} holds bytes that are not UTF-8 text in row {row} ({value[:40]!r}); "
+                    "it must be text: decode or encode it (e.g. hex) in Spark",
+                    row=row,
+                ) from None
+        raise
+
+
 def json_object_pieces(table: pa.Table, prefix: str = "") -> list[Piece]:
     """Pieces of one JSON object per row of ``table``, its columns as members."""
     if table.num_columns == 0:

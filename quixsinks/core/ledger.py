@@ -64,7 +64,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 def check_sink_id(sink_id: str) -> str:
     """``sink_id`` if it is safe in file names, object keys and table names, else ValueError."""
-    if not _SAFE_ID.match(sink_id) or sink_id in (".", ".."):
+    if not _SAFE_ID.fullmatch(sink_id) or sink_id in (".", ".."):
         raise ValueError(f"sink id {sink_id!r} may only contain letters, digits, '.', '_' and '-'")
     return sink_id
 

@@ -10,14 +10,26 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import option
 from quixsinks.core.sink import LedgerOptions
 
-__all__ = ["MAX_APPEND_BYTES", "BigQueryOptions"]
+__all__ = [
+    "MAX_APPEND_BYTES",
+    "MAX_TABLE_NAME_BYTES",
+    "STAGING_SUFFIX",
+    "BigQueryOptions",
+    "split_table_id",
+]
 
+#: the staging table of a table (exactly-once mode) is its name with this suffix
+STAGING_SUFFIX = "_qs_staging"
 #: BigQuery's limit for one AppendRows request (10 MB); the sink stays below it
 MAX_APPEND_BYTES = 10 * 1000 * 1000
 
-_PROJECT = re.compile(r"^[a-z][a-z0-9.:-]{0,127}$", re.IGNORECASE)
-_DATASET = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
-_TABLE = re.compile(r"^[\w\- ]{1,1024}$", re.UNICODE)
+#: a project id, or a domain-scoped one (``example.com:my-project``); matched whole
+#: (``fullmatch``: ``$`` would let a trailing newline through)
+_PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{0,62}", re.IGNORECASE)
+_DATASET = re.compile(r"[A-Za-z0-9_]{1,1024}")
+_TABLE = re.compile(r"[\w\- ]{1,1024}", re.UNICODE)
+#: BigQuery's limit for a table name, in UTF-8 bytes
+MAX_TABLE_NAME_BYTES = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,14 +110,26 @@ class BigQueryOptions(LedgerOptions):
             ("table_name", self.table_name, _TABLE),
         )
         for name, value, pattern in checks:
-            if not pattern.match(value):
+            if not pattern.fullmatch(value):
                 raise OptionError(
                     f"bigquery: option {name!r} has value {value!r}, which BigQuery does not "
-                    "accept as a name (datasets: letters, digits and _; tables: also - and "
-                    "spaces)",
+                    "accept as a name (projects: a letter, then letters, digits and -, "
+                    "optionally after a domain and ':' as in example.com:my-project; "
+                    "datasets: letters, digits and _; tables: also - and spaces)",
                     option=name,
                     value=value,
                 )
+        # the staging table (exactly-once) is the table's name with a suffix: it must fit too
+        limit = MAX_TABLE_NAME_BYTES - (len(STAGING_SUFFIX) if self.exactly_once else 0)
+        size = len(self.table_name.encode("utf-8"))
+        if size > limit:
+            raise OptionError(
+                f"bigquery: option 'table_name' {self.table_name[:40]!r}... is {size} bytes "
+                f"(UTF-8); BigQuery takes {MAX_TABLE_NAME_BYTES}, and exactly-once mode needs "
+                f"{len(STAGING_SUFFIX)} of them for its staging table: at most {limit}",
+                option="table_name",
+                value=self.table_name,
+            )
         if self.max_request_bytes > MAX_APPEND_BYTES:
             raise OptionError(
                 f"option 'max_request_bytes' is above BigQuery's limit of {MAX_APPEND_BYTES}",
@@ -124,4 +148,12 @@ class BigQueryOptions(LedgerOptions):
 
     @property
     def table_path(self) -> str:
+        """``project.dataset.table`` (the project may hold dots and a ':' of its own)."""
         return f"{self.project_id}.{self.dataset_id}.{self.table_name}"
+
+
+def split_table_id(table_id: str) -> tuple[str, str, str]:
+    """``project.dataset.table`` -> its three parts. Split from the right: a domain-scoped
+    project (``example.com:my-project``) holds dots, datasets and tables hold none."""
+    project, dataset, table = table_id.rsplit(".", 2)
+    return project, dataset, table

@@ -40,6 +40,8 @@ import pyarrow.compute as pc
 from quixsinks.core.arrow import first_null, first_true
 from quixsinks.core.errors import OptionError, RecordError
 
+from .options import STAGING_SUFFIX
+
 __all__ = [
     "LEDGER_TABLE",
     "STAGED_AT_COLUMN",
@@ -107,7 +109,7 @@ class Column:
 
 def staging_table_name(table: str) -> str:
     """The staging table of ``table`` (exactly-once mode)."""
-    return f"{table}_qs_staging"
+    return f"{table}{STAGING_SUFFIX}"
 
 
 def quote(name: str) -> str:

@@ -48,7 +48,7 @@ from quixsinks.core.ledger import LedgerEntry, fence_owners, log_already_committ
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .client import clients, describe, import_bigquery, translate, write_retry
-from .options import BigQueryOptions
+from .options import BigQueryOptions, split_table_id
 from .schema import (
     LEDGER_TABLE,
     STAGED_AT_COLUMN,
@@ -187,7 +187,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
         return f"{self.options.project_id}.{self.options.dataset_id}.{LEDGER_TABLE}"
 
     def _sql_table(self, table_id: str) -> str:
-        return ".".join(quote(part) for part in table_id.split(".", 2))
+        return ".".join(quote(part) for part in split_table_id(table_id))
 
     def _ensure(self, columns: list[Column]) -> tuple[list[BQField], list[BQField] | None]:
         """The target's (and in exactly-once mode the staging table's) columns, with
@@ -375,7 +375,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
 
         opts = self.options
         write = clients(opts).write
-        project, dataset, table = table_id.split(".", 2)
+        project, dataset, table = split_table_id(table_id)
         parent = f"projects/{project}/datasets/{dataset}/tables/{table}"
         where = f"bigquery table {table_id}"
         chunks = list(_chunks(data, opts.max_request_bytes))
@@ -505,7 +505,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
         from google.cloud.bigquery_storage_v1 import types
 
         write = clients(self.options).write
-        project, dataset, table = table_id.split(".", 2)
+        project, dataset, table = split_table_id(table_id)
         parent = f"projects/{project}/datasets/{dataset}/tables/{table}"
         where = f"bigquery table {table_id}"
         try:

@@ -205,6 +205,17 @@ class IcebergOptions(LedgerOptions):
                 option="table_name",
                 value=self.table_name,
             )
+        for part in parts:
+            # catalogs put namespaces and tables in paths (<warehouse>/<ns>.db/<table>) and
+            # URLs: a separator or a control character there would name another place
+            bad = next((c for c in part if c in "/\\" or not c.isprintable()), None)
+            if bad is not None:
+                raise OptionError(
+                    f"iceberg: 'table_name' {self.table_name!r}: {part!r} holds {bad!r}; "
+                    "namespace and table names may not hold '/', '\\' or control characters",
+                    option="table_name",
+                    value=self.table_name,
+                )
         kind = _CATALOG_TYPE_ALIASES.get(self.catalog_type.lower(), self.catalog_type.lower())
         if kind not in CATALOG_TYPES:
             raise OptionError(

@@ -85,9 +85,10 @@ def _as_text(column: pa.Array, name: str = "") -> pa.Array:
             column=name or None,
         )
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        from quixsinks.core.formats import decode_utf8
+        # strict: a replacement character could make two tags (two series) one
+        from quixsinks.core.formats import decode_utf8_strict
 
-        return decode_utf8(column)
+        return decode_utf8_strict(column, f"influxdb3: {name!r}")
     return pc.cast(column, pa.string())
 
 
@@ -233,6 +234,9 @@ class LineProtocol:
     invalid_floats: Literal["error", "drop"] = "error"
     decimals: Literal["float", "string"] = "float"
 
+    def __post_init__(self) -> None:
+        check_not_time(self.tags, self.fields)
+
     def lines(
         self,
         columns: dict[str, pa.Array],
@@ -345,7 +349,27 @@ def _escape_literal(name: str, characters: str = ",= ", *, starts_line: bool = F
     return name
 
 
+#: InfluxDB's timestamp column: a tag or field of this name is dropped silently (1.x) or
+#: clashes with the time column (3.x)
+TIME_KEY = "time"
+
+
+def check_not_time(tags: Sequence[str], fields: Sequence[str]) -> None:
+    """OptionError for a tag or field named ``time`` (InfluxDB 1.x accepts such a write
+    and drops the tag or field silently; in InfluxDB 3 ``time`` is the time column)."""
+    for kind, names in (("tag", tags), ("field", fields)):
+        if TIME_KEY in names:
+            raise OptionError(
+                f"influxdb3: a {kind} cannot be named 'time' (InfluxDB's time column; InfluxDB "
+                f"1.x drops such a {kind} silently): rename the column in Spark, or leave it "
+                f"out with {kind}s_keys",
+                option=f"{kind}s_keys",
+                value=TIME_KEY,
+            )
+
+
 def check_names(tags: Sequence[str], fields: Sequence[str]) -> None:
+    check_not_time(tags, fields)
     overlap = sorted(set(tags) & set(fields))
     if overlap:
         raise OptionError(

@@ -43,7 +43,7 @@ from quixsinks.core.errors import (
 from quixsinks.core.sink import Sink
 from quixsinks.core.tls import certificate_error, certificate_failure
 
-from .lineprotocol import LineProtocol, field_kind, timestamps
+from .lineprotocol import TIME_KEY, LineProtocol, field_kind, timestamps
 from .options import InfluxDB3Options
 
 __all__ = ["InfluxDB3Sink", "translate"]
@@ -407,6 +407,13 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
         else:
             taken = {protocol.measurement_column, *protocol.tags}
             fields = tuple(n for n in values.column_names if n not in taken)
+        if TIME_KEY in fields:
+            raise RecordError(
+                "influxdb3: the JSON values of this batch have a key 'time', which cannot be a "
+                "field (InfluxDB's time column; InfluxDB 1.x drops such a field silently): "
+                "rename the key, or choose the fields with fields_keys",
+                column=TIME_KEY,
+            )
         return dataclasses.replace(protocol, fields=fields)
 
     def _send(self, body: bytes) -> bool:

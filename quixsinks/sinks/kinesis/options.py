@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -13,6 +14,9 @@ __all__ = ["DedupeIdMode", "KinesisOptions"]
 
 #: where a record's dedupe id goes (see docs/sinks/kinesis.md, "Dedupe ids")
 DedupeIdMode = Literal["auto", "field", "prefix", "none"]
+
+#: Kinesis's stream name pattern (matched whole: ``$`` would let a trailing newline through)
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +110,13 @@ class KinesisOptions(CommonOptions):
         super().validate()
         if not self.stream_name.strip():
             raise OptionError("kinesis: 'stream_name' is empty", option="stream_name")
+        if not _STREAM_NAME.fullmatch(self.stream_name):
+            raise OptionError(
+                f"kinesis: 'stream_name' {self.stream_name!r} is not a Kinesis stream name "
+                "(1 to 128 letters, digits, '_', '.' and '-')",
+                option="stream_name",
+                value=self.stream_name,
+            )
         if self.records_per_request > 500:
             raise OptionError(
                 f"kinesis: 'records_per_request' is {self.records_per_request}; PutRecords "

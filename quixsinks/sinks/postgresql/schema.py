@@ -203,6 +203,14 @@ def column_plan(
                 "the same name; rename it or set include_metadata=false",
                 option="include_metadata",
             )
+        problem = identifier_problem(field.name, "column")
+        if problem:
+            raise OptionError(
+                f"postgresql: a column name PostgreSQL cannot keep as given: {problem}; rename "
+                "the column in Spark (or the JSON key) or leave it out with 'value_columns'",
+                option="value_columns",
+                value=field.name,
+            )
         columns.append(Column(field.name, pg_type(field.type, field.name), "value"))
     return columns
 
@@ -218,13 +226,16 @@ class TableSchema:
         return f"{self.schema}.{self.name}"
 
 
-def identifier_problem(name: str) -> str | None:
-    """Why PostgreSQL would not keep ``name`` as given, or None."""
+def identifier_problem(name: str, kind: str = "table") -> str | None:
+    """Why PostgreSQL would not keep ``name`` (of a ``kind``: table, column) as given, or
+    None. PostgreSQL truncates a longer name silently (with a NOTICE), so a table or column
+    created under it would be read back under another name, and two long names could
+    name one ``kind``."""
     size = len(name.encode("utf-8"))
     if size > MAX_IDENTIFIER_BYTES:
         return (
             f"{name[:20]!r}... is {size} bytes long; PostgreSQL keeps only the first "
-            f"{MAX_IDENTIFIER_BYTES}, so two such names could name one table"
+            f"{MAX_IDENTIFIER_BYTES}, so two such names could name one {kind}"
         )
     if not name:
         return "the name is empty"

@@ -10,6 +10,8 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import CommonOptions
 
+from .limits import name_problem
+
 __all__ = ["MAX_MESSAGE_BYTES", "PubSubOptions"]
 
 #: Pub/Sub refuses a message (data, attributes and ordering key) larger than this
@@ -160,10 +162,11 @@ class PubSubOptions(CommonOptions):
                 "pubsub: give at most one of 'data_column' and 'value_serializer'",
                 option="value_serializer",
             )
-        if not self.dedupe_attribute or self.dedupe_attribute.startswith("goog"):
+        problem = name_problem(self.dedupe_attribute)
+        if problem:
             raise OptionError(
-                f"pubsub: 'dedupe_attribute' {self.dedupe_attribute!r} must be a non-empty "
-                "name not starting with 'goog'",
+                f"pubsub: 'dedupe_attribute' {self.dedupe_attribute!r}: {problem} (it must be "
+                "a non-empty name not starting with 'goog')",
                 option="dedupe_attribute",
                 value=self.dedupe_attribute,
             )

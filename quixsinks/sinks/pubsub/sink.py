@@ -61,6 +61,7 @@ from quixsinks.core.formats import csv_keys, json_objects
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import Sink, Task
 
+from .limits import check_attribute_arrays, check_attribute_rows, check_ordering_keys, name_problem
 from .options import MAX_MESSAGE_BYTES, PubSubOptions
 
 __all__ = ["PubSubSink", "PubSubTopicNotFoundError", "message_size"]
@@ -232,6 +233,13 @@ class PubSubSink(Sink[PubSubOptions, None]):
                     )
                 self.attribute_map = name
             else:
+                problem = name_problem(name)
+                if problem:
+                    raise OptionError(
+                        f"pubsub: 'attributes_columns': {problem}; rename the column in Spark",
+                        option="attributes_columns",
+                        value=name,
+                    )
                 names.append(name)
         self.attribute_names = tuple(names)
         for path, option_name in (
@@ -420,7 +428,8 @@ class PubSubSink(Sink[PubSubOptions, None]):
             for i, pairs in enumerate(batch.column(self.attribute_map).to_pylist()):
                 for name, value in pairs or ():
                     if value is not None:
-                        dicts[i][str(name)] = _attribute_text(value)
+                        dicts[i][str(name)] = _attribute_text(value, name, row0 + i)
+        check_attribute_rows(dicts, row0)
         wires = [
             encode_message(d, a, k)
             for d, a, k in zip(data, dicts, keys or [""] * rows, strict=True)
@@ -499,7 +508,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
             out[name] = csv_keys(batch.column(name))
         return out
 
-    def _attribute_rows(self, batch: Any) -> list[dict[str, str]] | None:
+    def _attribute_rows(self, batch: Any, row0: int = 0) -> list[dict[str, str]] | None:
         """Per row, the attributes from the Kafka headers and the map column, or None."""
         records = self.records
         assert records is not None
@@ -512,12 +521,12 @@ class PubSubSink(Sink[PubSubOptions, None]):
                 for pair in pairs or ():
                     name, value = _header(pair)
                     if value is not None:
-                        out[i][name] = _attribute_text(value)
+                        out[i][name] = _attribute_text(value, name, row0 + i)
         if self.attribute_map is not None:
             for i, pairs in enumerate(batch.column(self.attribute_map).to_pylist()):
                 for name, value in pairs or ():
                     if value is not None:
-                        out[i][str(name)] = _attribute_text(value)
+                        out[i][str(name)] = _attribute_text(value, name, row0 + i)
         return out
 
     def _attribute_columns(self, batch: Any, row0: int) -> dict[str, list[str | None]]:
@@ -530,7 +539,9 @@ class PubSubSink(Sink[PubSubOptions, None]):
                 for pair in pairs or ():
                     name, value = _header(pair)
                     if value is not None:
-                        out.setdefault(name, [None] * batch.num_rows)[i] = _attribute_text(value)
+                        out.setdefault(name, [None] * batch.num_rows)[i] = _attribute_text(
+                            value, name, row0 + i
+                        )
         return out
 
     # ------------------------------------------------------------------ frames (no ordering)
@@ -545,9 +556,13 @@ class PubSubSink(Sink[PubSubOptions, None]):
         if rows == 0:
             return []
         pieces: list[Piece] = [*_field_pieces(b"\x0a", self._data_array(batch, row0))]
-        for name, texts in self._attribute_arrays(batch, row0).items():
+        arrays = self._attribute_arrays(batch, row0)
+        extra = self._attribute_rows(batch, row0)
+        check_attribute_arrays(arrays, None if extra is None else [len(a) for a in extra], row0)
+        if extra is not None:
+            check_attribute_rows(extra, row0)
+        for name, texts in arrays.items():
             pieces.append(_entry_column(name, texts))
-        extra = self._attribute_rows(batch)
         if extra is not None:
             encoded = [b"".join(_attribute_entry(k, v) for k, v in a.items()) for a in extra]
             pieces.append(pa.array(encoded, pa.binary()))
@@ -584,6 +599,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
         if name is None:
             return None
         keys = csv_keys(batch.column(name))
+        check_ordering_keys(keys, name, row0)
         return ["" if k is None else k for k in keys.to_pylist()]
 
 
@@ -817,9 +833,20 @@ def _header(pair: Any) -> tuple[str, Any]:
     return str(name), value
 
 
-def _attribute_text(value: Any) -> str:
+def _attribute_text(value: Any, name: Any, row: int) -> str:
+    """An attribute value as text; RecordError for bytes that are not UTF-8 (Pub/Sub
+    attributes are text, and replacement characters would change the value silently)."""
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordError(
+                f"pubsub: attribute {str(name)!r} of row {row} holds bytes that are not UTF-8 "
+                f"text ({value[:40]!r}); Pub/Sub attributes are text: decode or encode it "
+                "(e.g. base64) in Spark",
+                column=str(name),
+                row=row,
+            ) from None
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

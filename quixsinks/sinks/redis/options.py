@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import string
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -10,7 +11,7 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import LedgerOptions
 
-__all__ = ["APPENDING", "DataType", "RedisOptions", "template_fields"]
+__all__ = ["APPENDING", "DataType", "RedisOptions", "template_fields", "template_separators"]
 
 DataType = Literal["string", "hash", "set", "zset", "list", "stream"]
 #: the data types that append, made exactly-once by staging and a Lua commit
@@ -37,6 +38,34 @@ def template_fields(template: str) -> list[tuple[str, str | None]]:
                 value=template,
             )
         out.append((literal, name))
+    return out
+
+
+def template_separators(template: str) -> dict[str, str]:
+    """Column -> the characters its values must not hold, for every column of a key
+    template that another column follows: the punctuation (not letters or digits) of the
+    literal between them. A key then reads back one way only: each such value ends before
+    the first of those characters (``sensor:{city}:{id}``: a city holding ``:`` would
+    make ``sensor:a:b:c`` two keys in one; the last column may hold anything).
+
+    OptionError for two columns with no punctuation between them (``{a}{b}``, ``{a}x{b}``):
+    no value check could keep their keys apart.
+    """
+    fields = template_fields(template)
+    out: dict[str, str] = {}
+    for (_, name), (literal, following) in itertools.pairwise(fields):
+        if name is None or following is None:
+            continue
+        separators = "".join(dict.fromkeys(c for c in literal if not c.isalnum()))
+        if not separators:
+            raise OptionError(
+                f"redis: 'key_template' {template!r}: {{{name}}} and {{{following}}} are "
+                f"separated by {literal!r}, which their values could hold too, so two rows "
+                "could build one key; put a punctuation character such as ':' between them",
+                option="key_template",
+                value=template,
+            )
+        out[name] = "".join(dict.fromkeys(out.get(name, "") + separators))
     return out
 
 
@@ -146,7 +175,7 @@ class RedisOptions(LedgerOptions):
                 value=self.ssl_ca_certs,
             )
         if self.key_template is not None:
-            template_fields(self.key_template)
+            template_separators(self.key_template)
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
             raise OptionError(
                 "redis: 'url' must start with redis://, rediss:// or unix://",

@@ -62,7 +62,7 @@ from .ledger import (
     staged_totals,
     staging_key,
 )
-from .options import APPENDING, RedisOptions, template_fields
+from .options import APPENDING, RedisOptions, template_fields, template_separators
 
 __all__ = ["RedisSink", "resp_commands"]
 
@@ -100,6 +100,24 @@ def import_client() -> Any:
 
 
 # ---------------------------------------------------------------------- RESP in Arrow
+
+
+def _check_separators(text: pa.Array, name: str, separators: str, template: str) -> None:
+    """RecordError for the first value of template column ``name`` that holds one of the
+    ``separators`` between it and the next column (its key would be ambiguous)."""
+    for character in separators:
+        row = first_true(pc.match_substring(text, character))
+        if row is not None:
+            shown = text[row].as_py().decode("utf-8", "replace")
+            raise RecordError(
+                f"redis: the value {shown!r} of {{{name}}} (row {row}) holds "
+                f"{character!r}, which separates it from the next column in 'key_template' "
+                f"{template!r}: two different rows could build the same key and one would "
+                "overwrite the other; replace that character in the column, or change the "
+                "template's separator",
+                column=name,
+                row=row,
+            )
 
 
 def as_text(column: pa.Array, name: str) -> pa.Array:
@@ -674,10 +692,14 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
         opts = self.options
         if opts.key_template is not None:
             pieces: list[Piece] = []
+            separators = template_separators(opts.key_template)
             for literal, name in template_fields(opts.key_template):
                 pieces.append(literal.encode())
                 if name is not None:
-                    pieces.append(as_text(_column(batch, values, name, "key_template"), name))
+                    text = as_text(_column(batch, values, name, "key_template"), name)
+                    if name in separators:
+                        _check_separators(text, name, separators[name], opts.key_template)
+                    pieces.append(text)
             keys = concat_rows(pieces, batch.num_rows)
         else:
             assert self.records is not None

@@ -5,7 +5,11 @@
 it is (identity), as text. A null becomes ``__None__`` (Quix's name), so no row is ever
 dropped for its partition value. Values are percent-encoded where a path would break
 (``/``, ``=``, ``%``, control characters...), the encoding Hive readers (pyarrow's
-``partitioning="hive"``, Spark, DuckDB) decode.
+``partitioning="hive"``, Spark, DuckDB) decode; a value that is literally ``__None__`` is
+written ``%5F_None__``, so it reads back as itself, not as a null. ``..`` and ``.`` stay as
+they are: a segment is ``<col>=<value>``, never a bare dot name. A segment longer than 255
+bytes once encoded (what a local file system takes as one name) is a RecordError naming
+the column, the row and the value, before the batch writes anything.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,9 +26,11 @@ from quixsinks.core.errors import RecordError
 
 from .options import TIME_COLUMNS
 
-__all__ = ["NULL_PARTITION", "Layout"]
+__all__ = ["MAX_SEGMENT_BYTES", "NULL_PARTITION", "Layout", "decode_segment", "encode_value"]
 
 NULL_PARTITION = "__None__"
+#: the longest directory name local file systems (ext4, APFS, NTFS) take, in bytes
+MAX_SEGMENT_BYTES = 255
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _SAFE = "-_.~ +,;@!$&()'"
@@ -199,15 +205,39 @@ def _identity_part(table: pa.Table, name: str) -> _Part:
     encoded = pc.dictionary_encode(column)
     size = len(encoded.dictionary)
     codes = pc.fill_null(encoded.indices, size)  # nulls: one more code
-    text = encoded.dictionary.cast(pa.string()).to_pylist()
+    text = [encode_value(v) for v in encoded.dictionary.cast(pa.string()).to_pylist()]
+    for code, value in enumerate(text):
+        segment = f"{name}={value}"
+        if len(segment.encode()) > MAX_SEGMENT_BYTES:
+            row = int(pc.index(codes, code).as_py())
+            raw = encoded.dictionary[code].as_py()
+            raise RecordError(
+                f"tsdatalake: hive column {name!r} has the value {str(raw)[:40]!r}... in row "
+                f"{row}, whose partition directory {segment[:40]!r}... is "
+                f"{len(segment.encode())} bytes once percent-encoded; a file system takes at "
+                f"most {MAX_SEGMENT_BYTES}: partition by a shorter value (e.g. a hash or a "
+                "prefix of it)",
+                column=name,
+                row=row,
+            )
 
     def segments(row: int) -> dict[str, str]:
         code = codes[row].as_py()
-        return {name: NULL_PARTITION if code == size else _encode(text[code])}
+        return {name: NULL_PARTITION if code == size else text[code]}
 
     return _Part(codes, size + 1, segments)
 
 
-def _encode(value: str) -> str:
-    """Percent-encode what would break a path (most values need nothing)."""
+def encode_value(value: str) -> str:
+    """A partition value as a path segment's text: percent-encoded where it would break a
+    path (most values need nothing); the literal text ``__None__`` (the null partition's
+    name) with its first ``_`` encoded, so that it reads back as itself."""
+    if value == NULL_PARTITION:
+        return "%5F" + value[1:]
     return quote(value, safe=_SAFE)
+
+
+def decode_segment(text: str) -> str | None:
+    """The partition value a reader sees in a segment's text (None for the null
+    partition): what Hive readers do, for tests and tools."""
+    return None if text == NULL_PARTITION else unquote(text)

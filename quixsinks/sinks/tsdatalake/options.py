@@ -16,7 +16,8 @@ __all__ = ["TIME_COLUMNS", "TSDataLakeOptions", "TimestampUnit"]
 #: hive columns derived from the timestamp column (UTC, zero-padded)
 TIME_COLUMNS = ("year", "month", "day", "hour")
 TimestampUnit = Literal["ms", "s", "us", "ns"]
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+#: matched whole (``fullmatch``: ``$`` would let a trailing newline through)
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +121,7 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
 
     def validate(self) -> None:
         super().validate()
-        if not _TABLE_NAME.match(self.table_name) or self.table_name.startswith(("_", ".")):
+        if not _TABLE_NAME.fullmatch(self.table_name) or self.table_name.startswith(("_", ".")):
             raise OptionError(
                 f"tsdatalake: 'table_name' {self.table_name!r} must be 1-255 letters, digits, "
                 "'_', '-' or '.', not starting with '_' or '.' (readers skip those folders)",
