@@ -440,7 +440,7 @@ def test_iceberg_rest_catalog_verifies_by_default(
 ) -> None:
     options = rest_over_tls(rest_tls)
     refused = rest_tls.refused
-    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    with pytest.raises(Exception, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         save(readings.select("id", "temp"), "iceberg", options)
     assert eventually(lambda: rest_tls.refused > refused)
     namespace, name = options["table_name"].split(".")
