@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 INPUT_SCHEMA = "id BIGINT, key STRING, name STRING, amount DOUBLE, ts TIMESTAMP"
 
@@ -80,3 +83,16 @@ def read_jsonl_ids(folder: Path) -> list[int]:
             with open(folder / name, encoding="utf-8") as f:
                 ids.extend(json.loads(line)["_value"]["id"] for line in f if line.strip())
     return ids
+
+
+def fails_before_any_task(spark: Any, write: Any, match: str) -> None:
+    """Run ``write`` in its own job group: it must raise ``match`` on the driver and start
+    no Spark job (bad input is refused before any data moves)."""
+    group = f"refused-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "refused before any task")
+    try:
+        with pytest.raises(Exception, match=match):
+            write()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .streams import fails_before_any_task
 
 
 @pytest.fixture
@@ -24,18 +25,6 @@ def existing(tmp_path: Path) -> Iterator[Path]:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-
-
-def fails_before_any_task(spark: Any, write: Any, match: str) -> None:
-    """Run ``write`` in its own job group; it must raise ``match`` and start no Spark job."""
-    group = f"bad-input-{uuid.uuid4().hex}"
-    spark.sparkContext.setJobGroup(group, "bad input")
-    try:
-        with pytest.raises(Exception, match=match):
-            write()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
 
 
 def frame(spark: Any) -> Any:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from .streams import fails_before_any_task
+
 #: text that breaks every syntax the sinks speak (SQL, line protocol, RESP, CSV, JSON, paths)
 NASTY_VALUES = [
     'it\'s "quoted"',
@@ -47,18 +49,6 @@ def save(df: Any, fmt: str, options: dict[str, str]) -> None:
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.save()
-
-
-def fails_before_any_task(spark: Any, write: Any, match: str) -> None:
-    """``write`` raises ``match`` on the driver and starts no Spark job."""
-    group = f"hostile-{uuid.uuid4().hex}"
-    spark.sparkContext.setJobGroup(group, "hostile names")
-    try:
-        with pytest.raises(Exception, match=match):
-            write()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
 
 
 # ---------------------------------------------------------------- PostgreSQL
