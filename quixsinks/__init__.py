@@ -5,11 +5,14 @@
     df.writeStream.format("file").option("path", "/data/out").start()
 
 The core (``quixsinks.core``) needs only pyarrow; ``register`` and the DataSource
-classes import pyspark on first use.
+classes import pyspark on first use, and say how to install it where it is missing
+(``pip install 'quixsinks[spark]'``, unless your platform brings its own Spark).
 """
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING, Any
 
 from .core import *  # noqa: F403
@@ -19,7 +22,10 @@ from .core.sink import Sink
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__version__ = "0.1.0"
+try:  # the one version source: pyproject.toml, through the installed package's metadata
+    __version__ = _distribution_version("quixsinks")
+except PackageNotFoundError:  # a checkout on sys.path, not installed
+    __version__ = "0+unknown"
 __all__ = [*_core_all, "__version__", "available_sinks", "data_source_for", "register"]
 
 

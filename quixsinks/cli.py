@@ -3,6 +3,7 @@
     python -m quixsinks check --format postgresql -o host=db -o dbname=app \\
         -o table_name=readings --column id:int64 --column ts:timestamp[us]
     python -m quixsinks sinks
+    python -m quixsinks --version
 
 ``check`` parses the options exactly as the sink would, checks them against the columns
 you will write (``--column name:type``, pyarrow type names; optional), then runs the
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from . import __version__
 from .core.errors import QuixSinksError
 from .core.options import normalize_name
 from .core.secrets import is_secret_name, scrub, secret_parts
@@ -143,6 +145,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         prog="python -m quixsinks",
         description="Check a quixsinks sink's options and destination without Spark.",
     )
+    parser.add_argument("--version", action="version", version=f"quixsinks {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     check_parser = commands.add_parser(
         "check", help="parse the options, check the columns, run the destination preflight"

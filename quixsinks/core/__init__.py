@@ -28,6 +28,7 @@ from .errors import (
     S3BucketAccessDeniedError,
     S3BucketNotFoundError,
     SinkBackpressureError,
+    error_from,
 )
 from .formats import CSVFormat, Format, JSONFormat, ParquetFormat, resolve_format
 from .gcs import GCSDestination
@@ -100,6 +101,7 @@ __all__ = [
     "Task",
     "WriteContext",
     "client_key",
+    "error_from",
     "option",
     "resolve_format",
 ]

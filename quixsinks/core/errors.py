@@ -26,10 +26,16 @@ the caller can do about it::
 Errors carry their details as attributes (``option``, ``value``, ``allowed``...) and
 survive pickling, so they can cross from a Spark executor to the driver intact.
 Messages never contain secret option values.
+
+Through Spark only an error's text reaches your code (PySpark raises its own exception,
+an ``AnalysisException`` or ``StreamingQueryException``, with the Python error inside
+its message); :func:`error_from` finds the quixsinks error in that text again.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -54,6 +60,7 @@ __all__ = [
     "S3BucketAccessDeniedError",
     "S3BucketNotFoundError",
     "SinkBackpressureError",
+    "error_from",
 ]
 
 
@@ -290,13 +297,12 @@ class MissingDependencyError(QuixSinksError, ImportError):
         extra: the quixsinks extra to install, e.g. ``"postgresql"``.
     """
 
-    def __init__(self, package: str, extra: str, found: str | None = None) -> None:
+    def __init__(
+        self, package: str, extra: str, found: str | None = None, hint: str | None = None
+    ) -> None:
         installed = f" (found {found})" if found else ""
-        super().__init__(
-            f"{package!r} is not installed{installed}; "
-            f"install it with: pip install 'quixsinks[{extra}]'",
-            extra=extra,
-        )
+        advice = hint or f"install it with: pip install 'quixsinks[{extra}]'"
+        super().__init__(f"{package!r} is not installed{installed}; {advice}", extra=extra)
         self.extra = extra
 
 
@@ -312,3 +318,35 @@ def timed_out(seconds: float, option: str) -> str:
     """The words every sink uses for a call that got no answer in time, naming the option
     that sets the limit: ``timed out (no answer in 2 s; option 'socket_timeout')``."""
     return f"timed out (no answer in {seconds:g} s; option {option!r})"
+
+
+# "quixsinks.core.errors.OptionError: file: unknown option 'pathh'..." in Spark's text
+_IN_SPARK_TEXT = re.compile(r"\b(quixsinks(?:\.\w+)*)\.(\w+(?:Error|Exception)): (.*)")
+_SPARK_SUFFIX = re.compile(r"(\s+SQLSTATE: \w+)+\s*$")
+
+
+def error_from(exc: BaseException | str) -> QuixSinksError | None:
+    """The quixsinks error inside an exception PySpark raised (or its text), or None.
+
+    Spark hands a Python data source's error to your code as text inside its own
+    exception; this rebuilds the first quixsinks error in it (its class and message;
+    its other attributes are lost on the way)::
+
+        try:
+            df.write.format("postgresql").options(**opts).mode("append").save()
+        except Exception as exc:
+            error = quixsinks.error_from(exc)
+            if isinstance(error, quixsinks.OptionError):
+                ...  # fix the option named in error.message
+            else:
+                raise
+    """
+    for match in _IN_SPARK_TEXT.finditer(str(exc)):
+        module_name, class_name, message = match.groups()
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(cls, type) and issubclass(cls, QuixSinksError):
+            return _rebuild(cls, _SPARK_SUFFIX.sub("", message), {})
+    return None

@@ -23,11 +23,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -38,13 +39,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from quixsinks import __version__
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
-from quixsinks.core.secrets import scrubbed_errors
+from quixsinks.core.secrets import is_secret_name, scrubbed_errors
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
-__all__ = ["QuixDataSource", "ReceiptMessage", "data_source_for"]
+__all__ = ["QuixDataSource", "ReceiptMessage", "VersionMismatchError", "data_source_for"]
 
 logger = logging.getLogger("quixsinks.commit")
 
@@ -53,6 +55,34 @@ _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 # (sink class, options, overwrite) already checked by Sink.preflight in this process.
 _PREFLIGHT_DONE: set[tuple[Any, ...]] = set()
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+class VersionMismatchError(QuixSinksError):
+    """The quixsinks on a Spark worker is not the version that planned the write."""
+
+
+def _surfaces_errors(method: _Method) -> _Method:
+    """Mark a method Spark calls (planning, a task, a commit) as the edge to Spark.
+
+    Spark shows a Python error as its formatted traceback behind its own wrapper; our
+    message, which says what happened and what to do, would come after every frame of our
+    code and every chained client error (800+ characters in). A quixsinks error leaves
+    this edge without its frames and chain, so its message is the first thing after
+    Spark's wrapper; the whole chain is logged at DEBUG. Any other error (a bug) keeps
+    its traceback.
+    """
+
+    @functools.wraps(method)
+    def edge(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except QuixSinksError as exc:
+            logger.debug("%s: %s", type(exc).__name__, exc.message, exc_info=exc)
+            raise exc.with_traceback(None) from None
+
+    return cast(_Method, edge)
 
 
 @dataclass
@@ -119,18 +149,27 @@ class QuixDataSource(DataSource):
     """A Spark data source (write side) driving one quixsinks :class:`Sink`."""
 
     sink_class: ClassVar[type[Sink[Any, Any]]]
+    #: the format name, when it is not the sink's name (the ``qs_<name>`` aliases)
+    format_name: ClassVar[str | None] = None
 
     @classmethod
     def name(cls) -> str:
-        return cls.sink_class.name
+        return cls.format_name or cls.sink_class.name
 
+    @_surfaces_errors
     def writer(self, schema: StructType, overwrite: bool) -> SinkArrowWriter:
         return SinkArrowWriter(self._plan(schema, overwrite, streaming=False))
 
+    @_surfaces_errors
     def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamArrowWriter:
         return SinkStreamArrowWriter(self._plan(schema, overwrite, streaming=True))
 
     def _plan(self, schema: StructType, overwrite: bool, *, streaming: bool) -> Sink[Any, Any]:
+        raw = self.options
+        with scrubbed_errors(lambda: [v for k, v in raw.items() if is_secret_name(k)]):
+            return self._planned(schema, overwrite, streaming=streaming)
+
+    def _planned(self, schema: StructType, overwrite: bool, *, streaming: bool) -> Sink[Any, Any]:
         cls = self.sink_class
         cls.check_dependencies()
         options = cls.options_class.from_options(self.options)
@@ -186,6 +225,7 @@ class _SinkWriter:
         self.sink = sink
         # A batch write plans once, so this id is the same on executors and driver.
         self.write_id = uuid.uuid4().hex
+        self.planned_with = __version__
 
     # ---------------------------------------------------------------- executor side
 
@@ -216,11 +256,23 @@ class _SinkWriter:
             return CommitContext(options.sink_id, options.batch_id, False, BATCH_WRITE_QUERY_ID)
         return CommitContext(f"write-{self.write_id}", 0, False)
 
+    @_surfaces_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         _ensure_logging()
-        # the one boundary of a task: no error leaves it with a secret in its text or chain
         with scrubbed_errors(self.sink.options.secret_values):
+            self._check_version()
             return self._write_task(iterator)
+
+    def _check_version(self) -> None:
+        """Refuse to write when this worker's quixsinks is not the planning one's: another
+        version may encode, stage or commit differently, so mixing them is never safe."""
+        if self.planned_with != __version__:
+            raise VersionMismatchError(
+                f"{self.sink.name}: quixsinks {__version__} on the Spark worker "
+                f"{socket.gethostname()}, but the write was planned with quixsinks "
+                f"{self.planned_with}: install the same quixsinks version on the driver and "
+                "every executor (pip install 'quixsinks==<version>', or the same wheel)"
+            )
 
     def _write_task(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         sink = self.sink
@@ -276,6 +328,7 @@ class _SinkWriter:
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
         with scrubbed_errors(self.sink.options.secret_values):
+            self._check_version()
             self._commit_batch(messages, batch_id)
 
     def _commit_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -377,9 +430,11 @@ def _bounded_tables(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterat
 class SinkArrowWriter(_SinkWriter, DataSourceArrowWriter):
     """Batch (``df.write``) writer."""
 
+    @_surfaces_errors
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._commit(messages, 0)
 
+    @_surfaces_errors
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(messages, 0)
 
@@ -389,8 +444,10 @@ class SinkStreamArrowWriter(_SinkWriter, DataSourceStreamArrowWriter):
 
     streaming: ClassVar[bool] = True
 
+    @_surfaces_errors
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._commit(messages, batchId)
 
+    @_surfaces_errors
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._abort(messages, batchId)

@@ -11,6 +11,7 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from quixsinks.catalogue import SINKS, alias, discovery_modules, format_names
 from quixsinks.core.errors import MissingDependencyError, QuixSinksError
 from quixsinks.core.sink import Sink
 
@@ -20,46 +21,84 @@ from .datasource import QuixDataSource, data_source_for
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["BUILTIN_SINKS", "available_sinks", "load_data_source", "register", "registered_sink"]
+__all__ = [
+    "BUILTIN_SINKS",
+    "available_sinks",
+    "jvm_owner",
+    "load_data_source",
+    "register",
+    "registered_sink",
+]
 
 logger = logging.getLogger("quixsinks.registry")
 
 #: format name -> the sink class ``register`` registered under it in this process
 _REGISTERED: dict[str, type[Sink[Any, Any]]] = {}
 
-#: format name -> the module that Spark auto-registers it from (its ``DefaultSource``)
+#: short names whose JVM owner ``register`` already named (once per process)
+_CLASH_TOLD: set[str] = set()
+
+#: built-in sink name -> the module Spark auto-registers it from (its ``DefaultSource``);
+#: the alias ``qs_<name>`` has its own (``pyspark_quixsinks_qs_<name>``)
 BUILTIN_SINKS: dict[str, str] = {
-    name: f"pyspark_quixsinks_{name}"
-    for name in (
-        "bigquery",
-        "csvfile",
-        "file",
-        "influxdb3",
-        "iceberg",
-        "kinesis",
-        "postgresql",
-        "pubsub",
-        "redis",
-        "tsdatalake",
-    )
+    name: module for module, name in discovery_modules().items() if name in SINKS
 }
+
+_PYTHON_SOURCE_CLASS = "org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2"
 
 
 def load_data_source(name: str) -> type[QuixDataSource]:
-    """The DataSource class of a built-in sink; MissingDependencyError if its extra is absent."""
-    try:
-        module_name = BUILTIN_SINKS[name]
-    except KeyError:
+    """The DataSource class of a built-in format name (``postgresql`` or its alias
+    ``qs_postgresql``); MissingDependencyError if the sink's extra is absent."""
+    if name not in format_names():
         raise QuixSinksError(
-            f"no built-in sink {name!r}; built-in sinks: {', '.join(sorted(BUILTIN_SINKS))}"
-        ) from None
-    # The pyspark_quixsinks_* modules stand in a failing DataSource when quixsinks cannot be
-    # imported (so that Spark's lookup of other data sources survives); here that error is
-    # raised where the user can see it.
-    importlib.import_module(f"{__package__}.sources")
-    data_source: type[QuixDataSource] = importlib.import_module(module_name).DefaultSource
+            f"no built-in sink {name!r}; built-in sinks: {', '.join(sorted(SINKS))} "
+            f"(each also as {alias('<name>')})"
+        )
+    data_source = importlib.import_module(f"{__package__}.sources").data_source(name)
     data_source.sink_class.check_dependencies()
     return data_source
+
+
+def jvm_owner(spark: SparkSession, name: str) -> str | None:
+    """The class of the JVM data source that ``format(name)`` reaches in this session, or
+    None when it reaches a Python data source or nothing (or the session has no JVM here:
+    Spark Connect). Spark looks JVM data sources up before Python ones."""
+    try:
+        jsession = spark._jsparkSession  # type: ignore[attr-defined]
+        lookup = spark._jvm.org.apache.spark.sql.execution.datasources.DataSource  # type: ignore[attr-defined]
+        found = lookup.lookupDataSource(name, jsession.sessionState().conf()).getName()
+    except Exception:  # no JVM on this side (Connect), or no data source by that name
+        return None
+    return None if found == _PYTHON_SOURCE_CLASS else str(found)
+
+
+def _registered_in_jvm(spark: SparkSession, name: str) -> bool | None:
+    """Whether the session already has a Python data source ``name`` (auto-discovery
+    registers the built-in sinks in every new session); None when it cannot be asked."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
+        return bool(manager.dataSourceExists(name))
+    except Exception:  # Spark Connect: the client has no JVM
+        return None
+
+
+def _tell_clash(spark: SparkSession, name: str) -> None:
+    """Log, once per process, that a JVM connector owns the short name ``name``."""
+    if name in _CLASH_TOLD:
+        return
+    owner = jvm_owner(spark, name)
+    if owner is None:
+        return
+    _CLASH_TOLD.add(name)
+    logger.warning(
+        "format(%r) reaches the JVM data source %s in this session (Spark looks JVM data "
+        "sources up first), not quixsinks: use format(%r) for quixsinks' %s sink",
+        name,
+        owner,
+        alias(name),
+        name,
+    )
 
 
 def registered_sink(name: str) -> type[Sink[Any, Any]] | None:
@@ -71,7 +110,7 @@ def registered_sink(name: str) -> type[Sink[Any, Any]] | None:
 def available_sinks() -> dict[str, str | None]:
     """Every built-in sink's name -> None if usable, else why not (the extra to install)."""
     status: dict[str, str | None] = {}
-    for name in sorted(BUILTIN_SINKS):
+    for name in sorted(SINKS):
         try:
             load_data_source(name)
             status[name] = None
@@ -83,6 +122,12 @@ def available_sinks() -> dict[str, str | None]:
 def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> list[str]:
     """Register the built-in sinks whose extras are installed, plus ``custom`` ones.
 
+    Every built-in sink is registered under its short name and its alias ``qs_<name>``.
+    In a session where Spark's auto-discovery already registered them (the usual case:
+    see docs/deployment.md) nothing is registered again, and nothing is logged. Where a
+    JVM connector owns a short name (Spark looks JVM data sources up first), a warning
+    says so once, naming the alias to use.
+
     Args:
         spark: the session.
         custom: your own Sink subclasses (e.g. BatchingSink subclasses) or DataSource
@@ -93,24 +138,24 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
             not.
 
     Returns:
-        The registered format names.
+        The format names quixsinks' sinks answer to in this session.
     """
     if check_workers:
         workers.check_workers(spark)
     registered = []
-    for name in sorted(BUILTIN_SINKS):
+    for name, sink_name in format_names().items():
         try:
             data_source: Any = load_data_source(name)
         except MissingDependencyError as exc:
-            logger.info("sink %s not registered: %s", name, exc.message)
+            if name == sink_name:
+                logger.info("sink %s not registered: %s", name, exc.message)
             continue
-        spark.dataSource.register(data_source)
+        if not _registered_in_jvm(spark, name):
+            spark.dataSource.register(data_source)
         _REGISTERED[name] = data_source.sink_class
         registered.append(name)
-    if "iceberg" in registered:  # a JVM Iceberg connector would own the name
-        from quixsinks.sinks.iceberg.clash import warn_if_jvm_connector
-
-        warn_if_jvm_connector(spark)
+        if name == sink_name:
+            _tell_clash(spark, name)
     for item in custom:
         data_source = (
             data_source_for(item) if isinstance(item, type) and issubclass(item, Sink) else item
@@ -122,4 +167,12 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
         else:
             _REGISTERED.pop(data_source.name(), None)
         registered.append(data_source.name())
+        owner = jvm_owner(spark, data_source.name())
+        if owner is not None:
+            logger.warning(
+                "format(%r) reaches the JVM data source %s in this session (Spark looks JVM "
+                "data sources up first), not your sink: register it under another name",
+                data_source.name(),
+                owner,
+            )
     return registered

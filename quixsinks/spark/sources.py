@@ -1,14 +1,17 @@
 """The PySpark DataSource classes of the built-in sinks.
 
 ``quixsinks.register(spark)`` registers them, and each ``pyspark_quixsinks_<name>`` module
-exposes one as ``DefaultSource``, so that Spark 4 registers it by itself in any new
-session (Spark Connect servers included). Importing this module imports no destination
+(generated at build time from :mod:`quixsinks.catalogue`) exposes one as ``DefaultSource``,
+so that Spark 4 registers it by itself in any new session (Spark Connect servers
+included). Every sink also answers to its alias ``qs_<name>`` (:func:`data_source`), a
+name no JVM connector owns. Importing this module imports no destination
 client: a sink whose extra is missing fails when a write is planned, with a
 MissingDependencyError that names the extra.
 """
 
 from __future__ import annotations
 
+from quixsinks.catalogue import SINKS, alias, format_names
 from quixsinks.sinks.bigquery import BigQuerySink
 from quixsinks.sinks.csvfile import CSVFileSink
 from quixsinks.sinks.file import FileSink
@@ -33,6 +36,7 @@ __all__ = [
     "PubSubDataSource",
     "RedisDataSource",
     "TSDataLakeDataSource",
+    "data_source",
 ]
 
 
@@ -134,3 +138,28 @@ class BigQueryDataSource(QuixDataSource):
     """
 
     sink_class = BigQuerySink
+
+
+def _alias_source(name: str) -> type[QuixDataSource]:
+    """The DataSource of sink ``name`` under its alias: the same sink, the other name."""
+    base: type[QuixDataSource] = globals()[SINKS[name]]
+    qualname = f"{base.__name__}Alias"
+    source = type(
+        qualname,
+        (base,),
+        {"format_name": alias(name), "__module__": __name__, "__qualname__": qualname},
+    )
+    globals()[qualname] = source  # importable by name: Spark pickles it by reference
+    return source
+
+
+_SOURCES: dict[str, type[QuixDataSource]] = {
+    **{name: globals()[class_name] for name, class_name in SINKS.items()},
+    **{alias(name): _alias_source(name) for name in SINKS},
+}
+assert set(_SOURCES) == set(format_names())
+
+
+def data_source(format_name: str) -> type[QuixDataSource]:
+    """The DataSource class of a built-in format name (``postgresql`` or ``qs_postgresql``)."""
+    return _SOURCES[format_name]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from quixsinks.catalogue import discovery_modules, format_names
 from quixsinks.spark.registry import BUILTIN_SINKS
 
 from .streams import read_jsonl_ids, write_input_files
@@ -46,13 +47,16 @@ def start_job(scenario: str, tmp: Path, block: str = "") -> subprocess.Popen[str
 
 
 def job_results(job: subprocess.Popen[str]) -> dict[str, str]:
-    """A finished job's results by check (it must exit 0)."""
+    """A finished job's results by check (it must exit 0), and what its register call
+    logged (its stderr between two markers) as ``register_log``."""
     try:
         stdout, stderr = job.communicate(timeout=240)
     finally:
         job.kill()
     assert job.returncode == 0, stderr[-4000:]
     results: dict[str, str] = json.loads(stdout.strip().splitlines()[-1])
+    _, _, after = stderr.partition("--- register ---")
+    results["register_log"] = after.partition("--- registered ---")[0]
     return results
 
 
@@ -88,7 +92,7 @@ def missing_extras(jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return jobs["missing"]
 
 
-def test_the_installed_package_exposes_one_pyspark_module_per_builtin_sink(
+def test_the_installed_package_exposes_one_pyspark_module_per_format_name(
     tmp_path: Path,
 ) -> None:
     """What Spark's lookup sees (pkgutil.iter_modules) from outside the checkout."""
@@ -104,7 +108,7 @@ def test_the_installed_package_exposes_one_pyspark_module_per_builtin_sink(
         text=True,
         check=True,
     ).stdout.split()
-    assert found == sorted(BUILTIN_SINKS.values()), (
+    assert found == sorted(discovery_modules()), (
         "Spark cannot see the pyspark_quixsinks_* modules: a default editable install hides "
         "top-level modules from pkgutil; reinstall with `make install` (editable_mode=compat) "
         "or a regular `pip install`"
@@ -128,11 +132,18 @@ def test_a_new_session_streams_into_file_by_name(auto: dict[str, Any]) -> None:
     assert sorted(read_jsonl_ids(auto["out"] / "stream")) == auto["ids"]
 
 
-def test_register_after_auto_registration_registers_the_same_names_again(
-    auto: dict[str, Any],
-) -> None:
+def test_a_new_session_writes_through_the_alias_by_name(auto: dict[str, Any]) -> None:
+    assert auto["results"]["batch_qs_file"] == "ok"
+    assert sorted(read_jsonl_ids(auto["out"] / "alias")) == auto["ids"]
+
+
+def test_register_after_auto_registration_is_silent(auto: dict[str, Any]) -> None:
+    """Every name answers after register, which re-registers nothing (Spark would log a
+    'replaced a statically registered data source' warning per name)."""
     assert auto["results"]["register"] == "ok"
-    assert auto["results"]["registered"] == ",".join(sorted(BUILTIN_SINKS))
+    assert auto["results"]["registered"] == ",".join(sorted(format_names()))
+    assert "statically registered" not in auto["results"]["register_log"]
+    assert "WARN" not in auto["results"]["register_log"], auto["results"]["register_log"]
     assert auto["results"]["file_after_register"] == "ok"
     assert sorted(read_jsonl_ids(auto["out"] / "after")) == auto["ids"]
 

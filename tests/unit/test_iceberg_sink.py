@@ -255,35 +255,6 @@ def test_an_entry_carried_in_the_table_properties_counts_as_the_oldest() -> None
     assert SnapshotLedgerStore(table).owners("s") == {"q2"}
 
 
-class FakeClass:
-    def __init__(self, known: set[str]) -> None:
-        self.known = known
-
-    def forName(self, name: str) -> object:  # Java's name
-        if name not in self.known:
-            raise RuntimeError(f"ClassNotFoundException: {name}")
-        return object()
-
-
-class FakeSpark:
-    def __init__(self, known: set[str]) -> None:
-        lang = type("Lang", (), {"Class": FakeClass(known)})()
-        java = type("Java", (), {"lang": lang})()
-        self._jvm = type("JVM", (), {"java": java})()
-
-
-def test_the_jvm_connector_is_detected_and_the_way_out_logged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from quixsinks.sinks.iceberg.clash import JVM_SOURCE_CLASS, warn_if_jvm_connector
-
-    assert not warn_if_jvm_connector(FakeSpark(set()))
-    assert caplog.records == []
-    assert warn_if_jvm_connector(FakeSpark({JVM_SOURCE_CLASS}))
-    assert "register it under another name" in caplog.text
-    assert not warn_if_jvm_connector(object())  # Spark Connect: no JVM in the client
-
-
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [

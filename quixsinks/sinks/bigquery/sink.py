@@ -342,7 +342,7 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
         if staging is not None:
             token = f"{name_prefix(ctx.sink_id, ctx.query_id)}/{ctx.batch_id}/{ctx.attempt_id}"
             n = data.num_rows
-            now = pa.scalar(dt.datetime.now(dt.timezone.utc), pa.timestamp("us", "UTC"))
+            now = pa.scalar(dt.datetime.now(dt.UTC), pa.timestamp("us", "UTC"))
             data = data.append_column(TOKEN_COLUMN, pa.array([token] * n, pa.string()))
             data = data.append_column(STAGED_AT_COLUMN, pa.array([now] * n))
             table_id, fields = self._staging_id, staging

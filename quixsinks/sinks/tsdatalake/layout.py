@@ -32,7 +32,7 @@ NULL_PARTITION = "__None__"
 #: the longest directory name local file systems (ext4, APFS, NTFS) take, in bytes
 MAX_SEGMENT_BYTES = 255
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _SAFE = "-_.~ +,;@!$&()'"
 #: identity partition values are written as text from these types only
 _PARTITIONABLE = (
