@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 
 install: java $(STAMP)
 
-# editable_mode=compat puts the checkout itself on sys.path: Spark finds the top-level
-# pyspark_quixsinks_* modules (auto-registration) with pkgutil.iter_modules, which does not
-# see the import hook of a default editable install.
-$(STAMP): pyproject.toml Makefile
+# editable_mode=compat puts the checkout itself on sys.path: setup.py generates the
+# top-level pyspark_quixsinks_* modules there (git ignores them), and Spark finds them
+# (auto-registration) with pkgutil.iter_modules, which does not see the import hook of a
+# default editable install. They are generated again when the sink list changes.
+$(STAMP): pyproject.toml Makefile setup.py quixsinks/catalogue.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat

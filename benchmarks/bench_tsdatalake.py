@@ -127,7 +127,7 @@ class QuixLikeLake(BatchingSink[QuixLikeOptions]):
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for item in batch:
             record = dict(item.value)
-            when = dt.datetime.fromtimestamp(record["ts_ms"] / 1000, tz=dt.timezone.utc)
+            when = dt.datetime.fromtimestamp(record["ts_ms"] / 1000, tz=dt.UTC)
             hive = (
                 f"year={when.year:04d}/month={when.month:02d}/"
                 f"day={when.day:02d}/hour={when.hour:02d}"

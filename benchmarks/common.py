@@ -576,7 +576,7 @@ def machine_info(spark: SparkSession | None = None, **extra: Any) -> dict[str, A
     import pyspark
 
     info: dict[str, Any] = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "host_cores": os.cpu_count(),
         "platform": platform.platform(),
         "machine": platform.machine(),

@@ -55,7 +55,9 @@ def load_data_source(name: str) -> type[QuixDataSource]:
             f"no built-in sink {name!r}; built-in sinks: {', '.join(sorted(SINKS))} "
             f"(each also as {alias('<name>')})"
         )
-    data_source = importlib.import_module(f"{__package__}.sources").data_source(name)
+    data_source: type[QuixDataSource] = importlib.import_module(
+        f"{__package__}.sources"
+    ).data_source(name)
     data_source.sink_class.check_dependencies()
     return data_source
 
@@ -64,10 +66,11 @@ def jvm_owner(spark: SparkSession, name: str) -> str | None:
     """The class of the JVM data source that ``format(name)`` reaches in this session, or
     None when it reaches a Python data source or nothing (or the session has no JVM here:
     Spark Connect). Spark looks JVM data sources up before Python ones."""
+    session: Any = spark  # py4j attributes: untyped
     try:
-        jsession = spark._jsparkSession  # type: ignore[attr-defined]
-        lookup = spark._jvm.org.apache.spark.sql.execution.datasources.DataSource  # type: ignore[attr-defined]
-        found = lookup.lookupDataSource(name, jsession.sessionState().conf()).getName()
+        lookup = session._jvm.org.apache.spark.sql.execution.datasources.DataSource
+        conf = session._jsparkSession.sessionState().conf()
+        found = lookup.lookupDataSource(name, conf).getName()
     except Exception:  # no JVM on this side (Connect), or no data source by that name
         return None
     return None if found == _PYTHON_SOURCE_CLASS else str(found)
@@ -76,8 +79,9 @@ def jvm_owner(spark: SparkSession, name: str) -> str | None:
 def _registered_in_jvm(spark: SparkSession, name: str) -> bool | None:
     """Whether the session already has a Python data source ``name`` (auto-discovery
     registers the built-in sinks in every new session); None when it cannot be asked."""
+    session: Any = spark  # py4j attributes: untyped
     try:
-        manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
+        manager = session._jsparkSession.sessionState().dataSourceManager()
         return bool(manager.dataSourceExists(name))
     except Exception:  # Spark Connect: the client has no JVM
         return None

@@ -103,7 +103,7 @@ def test_spark_types_round_trip_with_numeric_datetime_repeated_and_record(
     row = rows(bigquery_sink)[2]
     assert row["price"] == decimal.Decimal("2.50")
     assert row["day"] == dt.date(2024, 2, 29)
-    assert row["at"] == dt.datetime(2024, 5, 1, 12, 30, 0, 123456, tzinfo=dt.timezone.utc)
+    assert row["at"] == dt.datetime(2024, 5, 1, 12, 30, 0, 123456, tzinfo=dt.UTC)
     assert row["local"] == dt.datetime(2024, 5, 1, 12, 30)
     assert row["raw"] == b"\x00\xff"
     assert row["text"] == 'é "q"'
@@ -224,7 +224,7 @@ def test_kafka_json_values_become_columns_with_metadata(
     write(df, bigquery_sink)
     got = rows(bigquery_sink)
     assert got[1] == {
-        "timestamp": dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.timezone.utc),
+        "timestamp": dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.UTC),
         "__key": b"k1",
         "id": 1,
         "name": "n1",

@@ -118,9 +118,7 @@ def test_a_misspelled_option_of_a_batch_write(spark: Any, input_dir: Path, tmp_p
 
 
 def test_a_misspelled_option_of_a_stream(spark: Any, input_dir: Path, tmp_path: Path) -> None:
-    text = failure(
-        lambda: stream_write(spark, input_dir, "file", {"pathh": "x"}, tmp_path / "ck")
-    )
+    text = failure(lambda: stream_write(spark, input_dir, "file", {"pathh": "x"}, tmp_path / "ck"))
     assert_first(text, OptionError, "file: unknown option 'pathh'. Did you mean 'path'?")
 
 

@@ -73,7 +73,7 @@ def test_batch_write_creates_the_table_from_the_dataframe_schema(
     assert rows.column("id").to_pylist() == list(range(50))
     assert rows.column("name")[7].as_py() == "n7"
     assert rows.column("ts")[1].as_py() == datetime.datetime(
-        2024, 5, 1, 0, 0, 1, tzinfo=datetime.timezone.utc
+        2024, 5, 1, 0, 0, 1, tzinfo=datetime.UTC
     )
     write(df, ice["options"])
     assert ice["ids"]() == sorted(list(range(50)) * 2)
@@ -781,7 +781,7 @@ def test_kafka_json_values_are_written_in_quix_layout_with_every_key(
     for batch_id, records in enumerate(KAFKA_BATCHES):
         for i, (key, value) in enumerate(records):
             stamp = datetime.datetime.fromtimestamp(
-                (T0_MS + (batch_id * 100 + i) * 86_400_000) / 1000, tz=datetime.timezone.utc
+                (T0_MS + (batch_id * 100 + i) * 86_400_000) / 1000, tz=datetime.UTC
             )
             row = by_time.pop(stamp)
             assert row["_key"] == key

@@ -92,7 +92,7 @@ def test_types_come_from_the_spark_schema(typed_frame: Any, pg: dict[str, Any]) 
     row = list(query(pg, "SELECT * FROM typed WHERE l = 3")[0])
     row[9] = bytes(row[9])
     assert row == [
-        dt.datetime(2024, 5, 1, 0, 0, 0, 3000, tzinfo=dt.timezone.utc),
+        dt.datetime(2024, 5, 1, 0, 0, 0, 3000, tzinfo=dt.UTC),
         "3",
         3,
         3,
@@ -246,7 +246,7 @@ def test_kafka_json_values_become_columns(spark: Any, pg: dict[str, Any]) -> Non
     write(df, pg, table_name="readings")
     [(key, temp, room, when)] = query(pg, "SELECT __key, temp, room, timestamp FROM readings")
     assert (bytes(key), temp, room) == (b"k1", 21.5, "a")
-    assert when == dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+    assert when == dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
 
 
 def test_a_value_too_long_for_its_column_fails_without_partial_rows(
@@ -386,7 +386,7 @@ def test_connect_options_cannot_shift_the_session_time_zone(spark: Any, pg: dict
     options = "application_name=mine options='-c timezone=America/New_York -c work_mem=8MB'"
     write(df, pg, table_name="tz", include_metadata="false", connect_options=options)
     [(at,)] = query(pg, "SELECT at FROM tz")
-    assert at == dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)
+    assert at == dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC)
 
 
 def test_a_struct_key_is_written_as_json_text(spark: Any, pg: dict[str, Any]) -> None:

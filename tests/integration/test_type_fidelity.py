@@ -558,16 +558,14 @@ TIME_CASES = [c for c in CASES if c.role == "time"]
 def time_form(sink: str, value: dt.datetime) -> Any:
     if sink == "tsdatalake":
         return value  # the column as it is
-    micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(
-        microseconds=1
-    )
+    micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
     if sink == "influxdb3":
         return micros * 1000  # InfluxQL answers in nanoseconds
     if sink == "iceberg":
         return value
     millis = micros // 1000
     if sink in ("postgresql", "bigquery"):
-        return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=millis)
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=millis)
     return millis if sink != "file csv" and sink != "csvfile" else str(millis)
 
 

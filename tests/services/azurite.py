@@ -13,6 +13,7 @@ string and keeps it running until Ctrl-C.
 from __future__ import annotations
 
 import os
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ class AzuriteServer(ProcessService):
 
     def sas_token(self, container: str, permission: str = "racwdl", hours: float = 1.0) -> str:
         """A container SAS token with ``permission`` (r, a, c, w, d, l)."""
-        from datetime import datetime, timedelta, timezone
+        from datetime import datetime, timedelta
 
         from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
@@ -96,7 +97,7 @@ class AzuriteServer(ProcessService):
             container,
             account_key=self.account_key,
             permission=ContainerSasPermissions.from_string(permission),
-            expiry=datetime.now(timezone.utc) + timedelta(hours=hours),
+            expiry=datetime.now(UTC) + timedelta(hours=hours),
         )
         return token
 

@@ -11,7 +11,7 @@ import pytest
 from quixsinks.core.batch import SinkBatch, SinkItem, WriteContext
 from quixsinks.core.records import RecordSchema
 
-START = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+START = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
 START_MS = int(START.timestamp() * 1000)
 
 

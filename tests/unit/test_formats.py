@@ -32,7 +32,7 @@ from quixsinks.core.formats import (
 )
 from quixsinks.core.records import RecordSchema
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 MOMENT = dt.datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
 MOMENT_MS = 1714566615123
 PYTHON_DIALECTS: dict[str, type[csv.Dialect]] = {

@@ -12,7 +12,7 @@ from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.sinks.influxdb3 import InfluxDB3Options, LineProtocol
 from quixsinks.sinks.influxdb3.lineprotocol import timestamps
 
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
 
 def render(
@@ -207,7 +207,7 @@ def test_a_measurement_option_that_cannot_be_written_is_an_option_error(name: st
 
 @pytest.mark.parametrize("precision", ["ns", "us", "ms", "s"])
 def test_a_time_past_2262_is_a_record_error_in_every_precision(precision: str) -> None:
-    late = dt.datetime(2262, 4, 12, tzinfo=dt.timezone.utc)
+    late = dt.datetime(2262, 4, 12, tzinfo=dt.UTC)
     column = pa.array([T0, late], pa.timestamp("us", "UTC"))
     with pytest.raises(RecordError, match="outside what InfluxDB can store") as error:
         timestamps(column, precision, name="ts")  # type: ignore[arg-type]
@@ -215,7 +215,7 @@ def test_a_time_past_2262_is_a_record_error_in_every_precision(precision: str) -
 
 
 def test_a_time_before_1677_is_a_record_error() -> None:
-    early = dt.datetime(1677, 9, 20, tzinfo=dt.timezone.utc)
+    early = dt.datetime(1677, 9, 20, tzinfo=dt.UTC)
     with pytest.raises(RecordError, match="outside"):
         timestamps(pa.array([early], pa.timestamp("us", "UTC")), "ns", name="ts")
 

@@ -13,7 +13,7 @@ import pytest
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.records import RecordSchema, parse_json_objects
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 KAFKA_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),

@@ -512,8 +512,8 @@ def test_time_partition_values_from_a_path_match_icebergs_transforms(when: dt.da
         "day": f"{when.day:02d}",
         "hour": f"{when.hour:02d}",
     }
-    utc = when.replace(tzinfo=dt.timezone.utc)
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    utc = when.replace(tzinfo=dt.UTC)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     hours = (utc - epoch) // dt.timedelta(hours=1)
     assert _time_value("hour", path) == hours
     assert _time_value("day", path) == hours // 24
