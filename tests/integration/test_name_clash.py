@@ -100,7 +100,8 @@ def test_register_names_the_jvm_owner_once_and_the_alias_writes(
     assert len(warnings) == 1, result.stderr[-4000:]
     assert "format('file') reaches the JVM data source quixsinks_test.ClashSource" in warnings[0]
     assert "use format('qs_file')" in warnings[0]
-    assert "file" in report["registered"] and "qs_file" in report["registered"]
+    assert "file" in report["registered"]
+    assert "qs_file" in report["registered"]
     assert report["alias_rows"] == 3
     assert report["short"] != "written"  # the JVM class owns the name
     assert "quixsinks_test.ClashSource" in report["short"], report["short"]
