@@ -47,11 +47,12 @@ test: install services
 	if [ $$status != 0 ]; then exit $$status; fi
 	$(MAKE) test-compat
 
-## The oldest supported versions (pyspark 4.1.0, pyarrow 15) in a second virtualenv: the unit
+## The oldest supported versions (pyspark 4.1.0, pyarrow 15, psycopg2 2.9.5: the floors in
+## pyproject.toml) in a second virtualenv: the unit
 ## tests and the file, csvfile and postgresql integration tests. `make test` covers the newest.
 ## The iceberg extra (pyarrow>=17) is not installed there; conftest.py names those skips.
 COMPAT_VENV ?= .venv-compat
-COMPAT_PINS := pyspark==4.1.0 pyarrow==15.0.0 "numpy<2"
+COMPAT_PINS := pyspark==4.1.0 pyarrow==15.0.0 "numpy<2" psycopg2-binary==2.9.5
 COMPAT_TESTS := tests/unit tests/integration/test_file_sink.py tests/integration/test_guarantees.py \
 	tests/integration/test_postgresql.py tests/integration/test_type_fidelity.py
 test-compat: java services $(COMPAT_VENV)/.installed-stamp

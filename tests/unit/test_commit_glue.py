@@ -68,3 +68,33 @@ def test_files_roll_over_at_max_rows_per_file(tmp_path: Path) -> None:
     staged = sink.write(batch)
     assert [f.rows for f in staged] == [3, 3, 3, 1]
     assert len({f.final_key for f in staged}) == 4
+
+
+def test_a_worker_with_another_quixsinks_version_refuses_to_write(tmp_path: Path) -> None:
+    """The writer carries the planning side's version to the tasks: a worker whose
+    quixsinks differs refuses before any data moves, naming both versions and the fix."""
+    import pickle
+
+    import pytest
+
+    import quixsinks
+    from quixsinks.spark.datasource import SinkArrowWriter, VersionMismatchError
+
+    out = tmp_path / "out"
+    writer = SinkArrowWriter(planned_sink(out))
+    assert writer.planned_with == quixsinks.__version__
+    writer.planned_with = "0.0.1"  # as planned by a driver with another install
+    shipped = pickle.loads(pickle.dumps(writer))
+    batch = pa.record_batch([pa.array([1, 2], pa.int64())], names=["id"])
+    with pytest.raises(VersionMismatchError) as info:
+        shipped.write(iter([batch]))
+    message = str(info.value)
+    assert f"quixsinks {quixsinks.__version__} on the Spark worker" in message
+    assert "planned with quixsinks 0.0.1" in message
+    assert "same quixsinks version on the driver and every executor" in message
+    frames, tb = [], info.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert frames[1:] == ["edge"]  # below this test, the edge cut our frames (errors first)
+    assert not out.exists() or [p for p in out.rglob("*") if p.is_file()] == []
