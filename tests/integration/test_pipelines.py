@@ -70,7 +70,8 @@ def test_a_pipeline_sink_writes_every_row_once_across_runs(
 ) -> None:
     incoming, out = tmp_path / "incoming", tmp_path / "readings"
     code = pipeline_example()
-    assert "/data/incoming" in code and "/data/readings" in code, code
+    assert "/data/incoming" in code, code
+    assert "/data/readings" in code, code
     code = code.replace("/data/incoming", str(incoming)).replace("/data/readings", str(out))
     project = tmp_path / "project"
     (project / "transformations").mkdir(parents=True)

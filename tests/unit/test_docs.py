@@ -118,7 +118,10 @@ def test_every_options_table_lists_required_options_first() -> None:
     import re
 
     for page in sorted((ROOT / "docs").rglob("*.md")):
-        for block in re.findall(r"<!-- options:[\w-]+ -->\n(.*?)<!-- /options -->", page.read_text(), re.S):
+        tables = re.findall(
+            r"<!-- options:[\w-]+ -->\n(.*?)<!-- /options -->", page.read_text(), re.S
+        )
+        for block in tables:
             defaults = [row.split(" | ")[2] for row in block.splitlines()[2:]]
             required = [d == "`required`" for d in defaults]
             assert required == sorted(required, reverse=True), f"{page.name}: {defaults}"
@@ -138,6 +141,7 @@ def markdown_table(page: str, header: str) -> list[list[str]]:
 
 def test_the_compatibility_page_matches_the_pins() -> None:
     import re
+
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -154,13 +158,14 @@ def test_the_compatibility_page_matches_the_pins() -> None:
     for package in ("pyspark", "pyarrow"):
         assert core[package][1] == specs[package], (package, core[package], specs[package])
         pin = re.search(rf"{package}==([\d.]+)", makefile)
-        assert pin and core[package][2].startswith(pin.group(1)), (package, core[package])
+        assert pin, f"no {package}== pin in the Makefile"
+        assert core[package][2].startswith(pin.group(1)), (package, core[package])
 
     for extra, package, supported, _newest in markdown_table("compatibility.md", "| extra |"):
         assert supported == specs[package.lower()], (package, supported, specs[package.lower()])
-        assert any(
-            r.startswith(package) for r in project["optional-dependencies"][extra]
-        ), f"{package} is not in the {extra} extra"
+        assert any(r.startswith(package) for r in project["optional-dependencies"][extra]), (
+            f"{package} is not in the {extra} extra"
+        )
 
     servers = {row[0]: row for row in markdown_table("compatibility.md", "| destination |")}
     for destination, script, variable in (
@@ -170,4 +175,5 @@ def test_the_compatibility_page_matches_the_pins() -> None:
     ):
         text = (ROOT / "tests" / "services" / script).read_text()
         pinned = re.search(rf"{variable}:-([\d.]+)", text)
-        assert pinned and servers[destination][2] == pinned.group(1), (destination, pinned)
+        assert pinned, f"no {variable} default in tests/services/{script}"
+        assert servers[destination][2] == pinned.group(1), (destination, servers[destination])
