@@ -167,6 +167,17 @@ def test_the_compatibility_page_matches_the_pins() -> None:
             f"{package} is not in the {extra} extra"
         )
 
+    # every client library of every destination extra has its row
+    listed = {(row[0], row[1]) for row in markdown_table("compatibility.md", "| extra |")}
+    meta = {"all", "dev", "dev-compat", "spark"}
+    for extra, requirements in project["optional-dependencies"].items():
+        for requirement in requirements:
+            package = re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0]
+            if extra not in meta and package != "quixsinks":
+                assert (extra, package) in listed, (
+                    f"docs/compatibility.md: no row {extra} {package}"
+                )
+
     servers = {row[0]: row for row in markdown_table("compatibility.md", "| destination |")}
     for destination, script, variable in (
         ("Azure Blob", "install_azure.sh", "AZURITE_VERSION"),
