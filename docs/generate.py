@@ -41,7 +41,8 @@ def table(name: str) -> str:
     cls = options_class(name)
     common = {spec.name: spec for spec in CommonOptions.specs()}
     rows = ["| option (camelCase) | type | default | description |", "|---|---|---|---|"]
-    for spec in cls.specs():
+    # required options first (in declaration order), then the optional ones
+    for spec in sorted(cls.specs(), key=lambda spec: not spec.required):
         if name != "common" and common.get(spec.name) == spec:
             continue  # a common option as the common table shows it (a sink may override one)
         names = f"`{spec.name}`" + (

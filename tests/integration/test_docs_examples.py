@@ -2,11 +2,17 @@
 
 Each fenced ``python`` block is executed in a namespace holding ``spark`` and ``df``
 (a DataFrame that is a stream for ``df.writeStream`` and a table for ``df.write``, with
-the columns the examples name). The examples name production addresses
-(``db.internal``, ``s3://my-bucket``, ``/data/...``); the writers ``df`` hands out
-point them at this session's servers and a temporary folder when the write starts:
-the code is not edited, only where it writes. Every write must succeed; every started
-query must process its input and stop cleanly. A broken example fails here.
+the columns the examples name); an example may define its own ``df`` (the README's does).
+The examples name production addresses (``db.internal``, ``s3://my-bucket``,
+``/data/...``, ``/tmp/...``); every DataFrame's writers point them at this session's
+servers and a temporary folder when the write starts, and ``spark.read`` reads absolute
+paths from that folder: the code is not edited, only where it writes and reads. Every
+write must succeed; every started query must process its input and stop cleanly. A
+broken example fails here.
+
+A block that cannot run here (a Databricks magic, a Kafka broker, a cloud account, a
+pipeline definition that only ``spark-pipelines`` runs) is preceded by
+``<!-- not run: <why> -->``: it is compiled, not run, and the reason must say why.
 """
 
 from __future__ import annotations
@@ -26,16 +32,33 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BLOCK = re.compile(
+    r"(?:^<!-- not run: (?P<why>.*?) -->\n)?^```python\n(?P<code>.*?)^```",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def blocks(run: bool) -> list[Any]:
+    """The pages' Python blocks to run (``run``) or the ones marked not run, with ids."""
+    found = []
+    for page in PAGES:
+        for index, match in enumerate(BLOCK.finditer(page.read_text())):
+            if (match["why"] is None) == run:
+                name = f"{page.relative_to(ROOT)}#{index + 1}"
+                found.append(pytest.param(match["code"], match["why"], id=name))
+    return found
 
 
 def examples() -> list[Any]:
-    found = []
-    for page in PAGES:
-        for index, code in enumerate(BLOCK.findall(page.read_text())):
-            name = f"{page.relative_to(ROOT)}#{index + 1}"
-            found.append(pytest.param(code, id=name))
-    return found
+    return [pytest.param(*p.values[:1], id=p.id) for p in blocks(run=True)]
+
+
+@pytest.mark.parametrize(("code", "why"), blocks(run=False))
+def test_an_example_not_run_here_says_why_and_compiles(code: str, why: str) -> None:
+    assert len(why.split()) >= 3, f"say why the example cannot run here: {why!r}"
+    # notebook magics (%pip) are not Python; the rest must be
+    python = "\n".join("" if line.startswith("%") else line for line in code.splitlines())
+    compile(python, "<example>", "exec")
 
 
 ROWS = [
@@ -98,6 +121,8 @@ class Servers:
 
         Its parent is created: in production ``/data`` exists.
         """
+        if path.startswith(str(self.tmp)):
+            return path
         local = self.tmp / re.sub(r"^[a-z0-9]+://", "", path).lstrip("/")
         local.parent.mkdir(parents=True, exist_ok=True)
         return str(local)
@@ -243,25 +268,51 @@ class Frames:
 
     @property
     def write(self) -> Writer:
-        return Writer(self._batch.write, self._servers)
+        return self._batch.write  # type: ignore[no-any-return]  # a Writer (patched)
 
     @property
     def writeStream(self) -> Writer:
-        return Writer(self._stream.writeStream, self._servers)
+        return self._stream.writeStream  # type: ignore[no-any-return]  # a Writer (patched)
+
+
+def redirect_io(spark: Any, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every DataFrame's ``write``/``writeStream`` -> a Writer; ``spark.read`` of an absolute
+    path -> the same place in the test's folder."""
+    frame_class, reader_class = type(spark.range(1)), type(spark.read)
+    write, write_stream = frame_class.write, frame_class.writeStream
+    monkeypatch.setattr(frame_class, "write", property(lambda d: Writer(write.fget(d), servers)))
+    monkeypatch.setattr(
+        frame_class, "writeStream", property(lambda d: Writer(write_stream.fget(d), servers))
+    )
+    for name in ("parquet", "json", "csv"):
+        read = getattr(reader_class, name)
+
+        def local_read(reader: Any, *paths: str, _read: Any = read, **kwargs: Any) -> Any:
+            paths = tuple(servers.local(p) if p.startswith("/") else p for p in paths)
+            return _read(reader, *paths, **kwargs)
+
+        monkeypatch.setattr(reader_class, name, local_read)
 
 
 @pytest.mark.parametrize("code", examples())
 def test_the_example_runs(
-    code: str, spark: Any, tmp_path: Path, request: pytest.FixtureRequest, webhook: str
+    code: str,
+    spark: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    webhook: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pyspark import cloudpickle
 
     servers = Servers(request, tmp_path, webhook)
+    frames = Frames(spark, tmp_path, servers)
+    redirect_io(spark, servers, monkeypatch)
     # a real module, so that dataclasses work and Spark ships the example's classes
     module = types.ModuleType(f"docs_example_{uuid.uuid4().hex[:8]}")
     module.__dict__.update(
         spark=spark,
-        df=Frames(spark, tmp_path, servers),
+        df=frames,
         account_key="not-used-against-azurite",
     )
     sys.modules[module.__name__] = module

@@ -100,4 +100,91 @@ def test_the_docs_site_builds_strictly_with_every_sink_page_in_its_nav(tmp_path:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "api" / "index.html").exists()
+    api = (tmp_path / "api" / "index.html").read_text()
+    import re
+
+    roles = re.findall(r".{40}:(?:func|class|meth|attr|mod|exc|data|obj):.{40}", api)
+    assert not roles, f"raw Sphinx roles on the API page (docs/hooks.py): {roles}"
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    config = (ROOT / "mkdocs.yml").read_text()
+    pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
+    missing = [page for page in pages if f": {page}\n" not in config]
+    assert not missing, f"docs pages missing from the mkdocs.yml nav: {missing}"
+
+
+def test_every_options_table_lists_required_options_first() -> None:
+    import re
+
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        tables = re.findall(
+            r"<!-- options:[\w-]+ -->\n(.*?)<!-- /options -->", page.read_text(), re.S
+        )
+        for block in tables:
+            defaults = [row.split(" | ")[2] for row in block.splitlines()[2:]]
+            required = [d == "`required`" for d in defaults]
+            assert required == sorted(required, reverse=True), f"{page.name}: {defaults}"
+
+
+def markdown_table(page: str, header: str) -> list[list[str]]:
+    """The rows (cells stripped of backticks) of the table whose header starts ``header``."""
+    lines = (ROOT / "docs" / page).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().strip("`") for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_compatibility_page_matches_the_pins() -> None:
+    import re
+
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs: dict[str, str] = {}
+    for requirement in project["dependencies"] + [
+        r for extra in project["optional-dependencies"].values() for r in extra
+    ]:
+        match = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?\s*([<>=!~][^;#]*)", requirement)
+        if match:
+            specs.setdefault(match.group(1).lower(), match.group(2).strip())
+
+    core = {row[0]: row for row in markdown_table("compatibility.md", "| component |")}
+    makefile = (ROOT / "Makefile").read_text()
+    for package in ("pyspark", "pyarrow"):
+        assert core[package][1] == specs[package], (package, core[package], specs[package])
+        pin = re.search(rf"{package}==([\d.]+)", makefile)
+        assert pin, f"no {package}== pin in the Makefile"
+        assert core[package][2].startswith(pin.group(1)), (package, core[package])
+
+    for extra, package, supported, _newest in markdown_table("compatibility.md", "| extra |"):
+        assert supported == specs[package.lower()], (package, supported, specs[package.lower()])
+        assert any(r.startswith(package) for r in project["optional-dependencies"][extra]), (
+            f"{package} is not in the {extra} extra"
+        )
+
+    # every client library of every destination extra has its row
+    listed = {(row[0], row[1]) for row in markdown_table("compatibility.md", "| extra |")}
+    meta = {"all", "dev", "dev-compat", "spark"}
+    for extra, requirements in project["optional-dependencies"].items():
+        for requirement in requirements:
+            package = re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0]
+            if extra not in meta and package != "quixsinks":
+                assert (extra, package) in listed, (
+                    f"docs/compatibility.md: no row {extra} {package}"
+                )
+
+    servers = {row[0]: row for row in markdown_table("compatibility.md", "| destination |")}
+    for destination, script, variable in (
+        ("Azure Blob", "install_azure.sh", "AZURITE_VERSION"),
+        ("Kinesis", "install_kinesis.sh", "KINESALITE_VERSION"),
+        ("BigQuery", "install_bigquery.sh", "BQEMULATOR_VERSION"),
+    ):
+        text = (ROOT / "tests" / "services" / script).read_text()
+        pinned = re.search(rf"{variable}:-([\d.]+)", text)
+        assert pinned, f"no {variable} default in tests/services/{script}"
+        assert servers[destination][2] == pinned.group(1), (destination, servers[destination])
