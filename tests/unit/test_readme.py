@@ -44,7 +44,12 @@ class Page(HTMLParser):
         elif tag == "pre":
             self._in_pre += 1
         elif tag == "a":
-            self.links.extend(value or "" for name, value in attrs if name == "href")
+            # in-page anchors are the renderer's own (readme-renderer 46 links each heading)
+            self.links.extend(
+                value or ""
+                for name, value in attrs
+                if name == "href" and not (value or "").startswith("#")
+            )
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "table":
