@@ -29,6 +29,16 @@ def test_every_builtin_sink_has_a_docs_page() -> None:
         assert f"<!-- options:{name} -->" in page.read_text()
 
 
+def test_every_sink_is_listed_with_its_alias_on_its_page_and_in_the_index() -> None:
+    from quixsinks.catalogue import SINKS, alias
+
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for name in SINKS:
+        page = (ROOT / "docs" / "sinks" / f"{name}.md").read_text(encoding="utf-8")
+        assert f"`{alias(name)}`" in page.split("\n## ")[0], f"{name}.md: no alias up top"
+        assert f"| [`{name}`](sinks/{name}.md) | `{alias(name)}` |" in index, name
+
+
 def test_the_type_fidelity_matrix_is_in_the_docs_and_linked() -> None:
     page = (ROOT / "docs" / "type-fidelity.md").read_text()
     assert "<!-- fidelity-matrix -->\n| Spark type |" in page
@@ -141,7 +151,6 @@ def markdown_table(page: str, header: str) -> list[list[str]]:
 
 def test_the_compatibility_page_matches_the_pins() -> None:
     import re
-
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
