@@ -34,6 +34,7 @@ BUILTIN_SINKS: dict[str, str] = {
         "bigquery",
         "csvfile",
         "file",
+        "influxdb1",
         "influxdb3",
         "iceberg",
         "kinesis",
