@@ -199,6 +199,16 @@ class InfluxServer(Service):
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
                 self.tmpdir = None
 
+    def crash(self) -> None:
+        """SIGKILL influxd and start it again on the same ports and data (the front stays).
+
+        influxd fsyncs its WAL before it acknowledges a write, so it comes back with every
+        acknowledged point.
+        """
+        self._kill_influxd()
+        if not self._start_influxd():
+            raise RuntimeError(f"influxd did not come back after a crash\n{self._log_tail()}")
+
     # -- 1.x helpers ----------------------------------------------------------------------
 
     def create_database(self, name: str) -> str:
