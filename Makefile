@@ -78,6 +78,7 @@ bench: install services
 	$(PY) benchmarks/bench_foundation.py
 	$(PY) benchmarks/bench_postgresql.py
 	$(PY) benchmarks/bench_influxdb3.py
+	$(PY) benchmarks/bench_influxdb1.py
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_iceberg.py
 	$(PY) benchmarks/bench_bigquery.py

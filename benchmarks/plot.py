@@ -36,6 +36,7 @@ OURS = (
     "file",
     "csvfile",
     "influxdb3",
+    "influxdb1",
     "lp-",
     "postgresql",
     "redis",

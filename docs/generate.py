@@ -27,13 +27,10 @@ def options_class(name: str) -> type[SinkOptions]:
     """``common`` or a built-in sink's format name -> its options class."""
     if name == "common":
         return CommonOptions
-    import importlib
-
-    from quixsinks.spark.registry import BUILTIN_SINKS
+    from quixsinks.spark.sources import data_source
 
     # the options need no extra: a docs build without pyiceberg still renders iceberg's
-    module = importlib.import_module(BUILTIN_SINKS[name])
-    options: type[SinkOptions] = module.DefaultSource.sink_class.options_class
+    options: type[SinkOptions] = data_source(name).sink_class.options_class
     return options
 
 

@@ -29,6 +29,7 @@ SINKS: dict[str, str] = {
     "csvfile": "CSVFileDataSource",
     "file": "FileDataSource",
     "iceberg": "IcebergDataSource",
+    "influxdb1": "InfluxDB1DataSource",
     "influxdb3": "InfluxDB3DataSource",
     "kinesis": "KinesisDataSource",
     "postgresql": "PostgreSQLDataSource",

@@ -27,6 +27,7 @@ SINKS: dict[str, dict[str, str]] = {
     "csvfile": {},
     "postgresql": {},
     "influxdb3": {},
+    "influxdb1": {},
     "redis": {},
     "tsdatalake": {"table_name": "fid"},
     "kinesis": {},
@@ -488,3 +489,8 @@ def markdown() -> str:
             row.append(text.replace("|", "\\|").replace("<", "&lt;"))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+# influxdb1 shares influxdb3's line-protocol encoder and rows-to-points model: the same cells
+for _case in CASES:
+    _case.cells.setdefault("influxdb1", _case.cells["influxdb3"])

@@ -16,6 +16,7 @@ from quixsinks.sinks.bigquery import BigQuerySink
 from quixsinks.sinks.csvfile import CSVFileSink
 from quixsinks.sinks.file import FileSink
 from quixsinks.sinks.iceberg import IcebergSink
+from quixsinks.sinks.influxdb1 import InfluxDB1Sink
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 from quixsinks.sinks.kinesis import KinesisSink
 from quixsinks.sinks.postgresql import PostgreSQLSink
@@ -30,6 +31,7 @@ __all__ = [
     "CSVFileDataSource",
     "FileDataSource",
     "IcebergDataSource",
+    "InfluxDB1DataSource",
     "InfluxDB3DataSource",
     "KinesisDataSource",
     "PostgreSQLDataSource",
@@ -66,6 +68,15 @@ class InfluxDB3DataSource(QuixDataSource):
     """
 
     sink_class = InfluxDB3Sink
+
+
+class InfluxDB1DataSource(QuixDataSource):
+    """``format("influxdb1")``: points into InfluxDB 1.x; effectively exactly-once.
+
+    Save mode append; streaming output mode append. See docs/sinks/influxdb1.md.
+    """
+
+    sink_class = InfluxDB1Sink
 
 
 class PostgreSQLDataSource(QuixDataSource):

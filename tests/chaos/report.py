@@ -82,6 +82,7 @@ past `retry_deadline_seconds`, a clear failure naming what was not delivered):
 | file on Azure Blob | `test_azure_destination.py`: ServerBusy, Retry-After, throttled writes |
 | file on GCS | `test_gcs_destination.py`: 429/503 with Retry-After, a throttled chunk |
 | influxdb3 | `test_influxdb3.py`: 429 with Retry-After waited out; backpressure past the deadline |
+| influxdb1 | `test_influxdb1.py`: 429 with Retry-After waited out; 503 retried; past the attempts |
 | redis | `test_redis.py`: OOM (maxmemory) as backpressure until memory frees; past the deadline |
 | kinesis | `test_kinesis.py`: ProvisionedThroughputExceeded per record and per call |
 | bigquery | `test_bigquery.py`: throttled query jobs retried, every row once |

@@ -34,6 +34,7 @@ __all__ = [
     "FileTarget",
     "IcebergTarget",
     "InfluxTarget",
+    "InfluxV1Target",
     "KinesisTarget",
     "ObjectStoreTarget",
     "PostgresTarget",
@@ -321,6 +322,36 @@ class InfluxTarget(_OnServer):
 
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "host": f"http://{host}:{port}"}
+
+
+class InfluxV1Target(_OnServer):
+    """The `influxdb1` sink on Debian's InfluxDB 1.x, through the test front's ``/write``
+    pass-through: one series per id (tag ``id``), a database of its own per cell."""
+
+    name = "influxdb1"
+    fmt = "influxdb1"
+    guarantee = "effectively exactly-once"
+    docs = "sinks/influxdb1.md"
+    ack = (b"POST /write", b"")
+    not_built = {"disk-full": _THEIR_DISK}
+    impatient = {"request_timeout_ms": "2000", "retry_max_attempts": "2"}
+
+    server: InfluxServer
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        self.server.create_database(cell.name)
+        return {
+            "host": self.server.host,
+            "port": str(self.server.port),
+            "database": cell.name,
+            "measurement": "events",
+            "tags_keys": "id",
+            "fields_keys": "key,name,amount",
+        }
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        rows = self.server.query(cell.name, 'SELECT "amount", "id" FROM "events"')
+        return [int(row["id"]) for row in rows]
 
 
 class KinesisTarget(_OnServer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -55,6 +56,40 @@ def influx(influx_server: Any) -> dict[str, Any]:
     return {
         "options": {"host": influx_server.url, "token": influx_server.token, "database": name},
         "server": influx_server,
+        "database": name,
+    }
+
+
+@pytest.fixture(scope="session")
+def influx1_server() -> Iterator[Any]:
+    """Debian's InfluxDB 1.x with auth-enabled (an admin and a writer user), behind the
+    front that passes ``/write`` through and can inject faults (tests/services)."""
+    from tests.services.influxdb import InfluxServer
+
+    with InfluxServer(auth=True) as server:
+        server.writer = ("writer", secrets.token_urlsafe(18))
+        server.create_user(*server.writer)
+        yield server
+
+
+@pytest.fixture
+def influx1(influx1_server: Any) -> dict[str, Any]:
+    """A fresh database per test that the writer user may write to: the ``influxdb1`` sink
+    options to reach it (through the front), and the server."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    influx1_server.create_database(name)
+    user, password = influx1_server.writer
+    influx1_server.grant_write(user, name)
+    influx1_server.faults.clear()
+    return {
+        "options": {
+            "host": influx1_server.host,
+            "port": str(influx1_server.port),
+            "database": name,
+            "username": user,
+            "password": password,
+        },
+        "server": influx1_server,
         "database": name,
     }
 

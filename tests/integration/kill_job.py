@@ -21,6 +21,8 @@ per event; at-least-once).
 QUIXSINKS_KILL_KINESIS holds its options as JSON. The `iceberg` query runs when
 QUIXSINKS_KILL_ICEBERG holds its options as JSON.
 The `bigquery` query runs when QUIXSINKS_KILL_BIGQUERY holds its options as JSON.
+The `influxdb1` query runs when QUIXSINKS_KILL_INFLUXDB1 holds its options as JSON (one
+series per event: tag `id`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ def main() -> None:
         sinks["iceberg"] = ("iceberg", json.loads(os.environ["QUIXSINKS_KILL_ICEBERG"]))
     if os.environ.get("QUIXSINKS_KILL_BIGQUERY"):
         sinks["bigquery"] = ("bigquery", json.loads(os.environ["QUIXSINKS_KILL_BIGQUERY"]))
+    if os.environ.get("QUIXSINKS_KILL_INFLUXDB1"):
+        influx_options = {"measurement": "events", "tags_keys": "id"}
+        influx_options["fields_keys"] = "key,name,amount"
+        influx_options.update(json.loads(os.environ["QUIXSINKS_KILL_INFLUXDB1"]))
+        sinks["influxdb1"] = ("influxdb1", influx_options)
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
         sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")

@@ -1,7 +1,8 @@
 """The driver killed at random moments mid-stream, then restarted: every row exactly once.
 
 A job streams 8 input files (one micro-batch each) into the `file`, `csvfile` and
-`postgresql` sinks (the latter twice in the first test: staged, and with
+`postgresql` sinks (and, in the first test, every other sink with a server here; the
+`influxdb1` sink has a lighter job of its own) (the latter twice in the first test: staged, and with
 write_mode=prepared, PostgreSQL's two-phase commit). The test SIGKILLs the job's whole
 process group (driver, JVM and Python workers) at random moments after it has committed
 something, several times, then lets a final run finish from the checkpoints and checks
@@ -196,6 +197,40 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     assert landed == ids, f"seed {seed}"
     staged = bq.query(f"SELECT count(*) AS n FROM `{table}_qs_staging`").result()
     assert next(iter(staged))["n"] == 0, f"seed {seed}"
+
+
+def test_influxdb1_points_arrive_once_across_random_driver_kills(
+    tmp_path: Path, influx1: dict[str, Any]
+) -> None:
+    """The job with the `file`, `csvfile` and `influxdb1` queries only (a lighter job than
+    the one above, which already runs ten queries on two cores)."""
+    seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
+    ids = write_input_files(tmp_path / "in", files=6, rows_per_file=40)
+    args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUIXSINKS_KILL_")}
+    env["QUIXSINKS_KILL_INFLUXDB1"] = json.dumps(influx1["options"])
+    kills = kill_at_random(
+        [sys.executable, str(JOB), *args, str(tmp_path / "ck")],
+        lambda: committed_batches(tmp_path),
+        kills=KILLS,
+        seed=seed,
+        env=env,
+        log_path=str(tmp_path / "job.log"),
+    )
+    with open(tmp_path / "job.log", "ab") as log:
+        final = subprocess.Popen(
+            [sys.executable, str(JOB), *args, str(tmp_path / "ck"), "--available-now"],
+            start_new_session=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    assert final.wait(timeout=300) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    assert kills >= 1, f"the job was never killed (seed {seed})"
+    # one series per event (tag id): a replayed micro-batch overwrites the same points
+    points = influx1["server"].query(influx1["database"], 'SELECT "amount", "id" FROM "events"')
+    assert sorted(int(p["id"]) for p in points) == ids, f"seed {seed}"
+    assert sorted(read_jsonl_ids(tmp_path / "out")) == ids, f"seed {seed}"
 
 
 def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(

@@ -121,11 +121,16 @@ def test_postgresql_names_and_values(spark: Any, pg: dict[str, Any]) -> None:
         assert set(others) <= {"nul", "other"}
 
 
-# ---------------------------------------------------------------- InfluxDB 3 (line protocol)
+# ------------------------------------------------------------ InfluxDB 3 and 1.x (line protocol)
 
 
-def test_influxdb3_names_and_values(spark: Any, influx: dict[str, Any]) -> None:
+@pytest.mark.parametrize("sink", ["influxdb3", "influxdb1"])
+def test_influxdb3_names_and_values(spark: Any, sink: str, request: pytest.FixtureRequest) -> None:
+    """Both InfluxDB sinks (one line-protocol encoder): influxdb3 through the stand-in's v3
+    API, influxdb1 into InfluxDB 1.x's own /write."""
     from tests.services.influxdb import quote_ident
+
+    influx = request.getfixturevalue("influx1" if sink == "influxdb1" else "influx")
 
     measurement = 'cpu, "load" =x'
     columns = {
@@ -160,7 +165,7 @@ def test_influxdb3_names_and_values(spark: Any, influx: dict[str, Any]) -> None:
         "time_key": "timestamp",
         "time_precision": "ms",
     }
-    save(df, "influxdb3", options)
+    save(df, sink, options)
     found = influx["server"].query(
         influx["database"], f"SELECT * FROM {quote_ident(measurement)} GROUP BY *"
     )
@@ -173,7 +178,7 @@ def test_influxdb3_names_and_values(spark: Any, influx: dict[str, Any]) -> None:
     )
     other = {**options, "measurement": "refused"}
     with pytest.raises(Exception, match=r"cannot carry a newline in a tag value .* \(row 1\)"):
-        save(bad, "influxdb3", other)
+        save(bad, sink, other)
     assert influx["server"].query(influx["database"], 'SELECT * FROM "refused"') == []
 
 

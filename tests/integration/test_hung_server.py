@@ -302,6 +302,21 @@ def test_influxdb3_that_never_answers_fails(spark: Any, hole: BlackHole) -> None
     assert_timed_out(text, hole.url, "request_timeout_ms")
 
 
+def test_influxdb1_that_never_answers_fails(spark: Any, hole: BlackHole) -> None:
+    options = {
+        "host": "127.0.0.1",
+        "port": str(hole.port),
+        "username": "u",
+        "password": SECRET,
+        "database": "hung",
+        "measurement": "m",
+        "request_timeout_ms": "2000",
+        **ONE_ATTEMPT,
+    }
+    text = failed_write(spark, "influxdb1", options)
+    assert_timed_out(text, f"http://127.0.0.1:{hole.port}", "request_timeout_ms")
+
+
 def test_kinesis_that_never_answers_fails(spark: Any, hole: BlackHole) -> None:
     options = {
         "stream_name": "hung-stream",

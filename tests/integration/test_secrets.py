@@ -109,6 +109,14 @@ def base_options(name: str, port: int, mark: Markers, tmp: Path) -> dict[str, st
             "measurement": "m",
             "request_timeout_ms": "2000",
         },
+        "influxdb1": {
+            "host": "127.0.0.1",
+            "port": str(port),
+            "username": "u",
+            "database": "d",
+            "measurement": "m",
+            "request_timeout_ms": "2000",
+        },
         "iceberg": {
             "table_name": "db.t",
             "catalog_type": "rest",

@@ -186,6 +186,68 @@ def test_influxdb3_an_unreadable_ssl_ca_cert_is_named(
     assert "missing.pem" in out
 
 
+# -- influxdb1: InfluxDB 1.x (auth-enabled) behind a TLS front, ssl=true ----------------------
+
+
+@pytest.fixture(scope="module")
+def influx1_tls(influx1_server: Any, certs: TestCertificates) -> Iterator[TLSFront]:
+    with TLSFront(influx1_server.host, influx1_server.port, certs) as front:
+        yield front
+
+
+@pytest.fixture
+def influx1_over_tls(influx1: dict[str, Any], influx1_tls: TLSFront) -> dict[str, Any]:
+    """The `influx1` fixture's database, reached through the TLS front (ssl=true)."""
+    options = {**influx1["options"], "port": str(influx1_tls.port), "ssl": "true"}
+    options.update(measurement="env", fields_keys="temp")
+    return {**influx1, "options": options, "front": influx1_tls}
+
+
+def test_influxdb1_ssl_with_a_private_ca_writes_with_verification_on(
+    readings: Any, influx1_over_tls: dict[str, Any], certs: TestCertificates
+) -> None:
+    front = influx1_over_tls["front"]
+    before = front.handshakes
+    options = {**influx1_over_tls["options"], "ssl_ca_cert": str(certs.ca_cert)}
+    code, out = check("influxdb1", options)
+    assert code == 0, out
+    save(readings, "influxdb1", options)
+    assert influx_count(influx1_over_tls) == 20
+    assert front.handshakes > before  # it really went through TLS
+
+
+def test_influxdb1_verify_ssl_false_writes(readings: Any, influx1_over_tls: dict[str, Any]) -> None:
+    save(readings, "influxdb1", {**influx1_over_tls["options"], "verify_ssl": "false"})
+    assert influx_count(influx1_over_tls) == 20
+
+
+def test_influxdb1_verifies_by_default_and_names_the_options_to_set(
+    readings: Any, influx1_over_tls: dict[str, Any]
+) -> None:
+    with pytest.raises(Exception, match=CERTIFICATE_REFUSED) as raised:
+        save(readings, "influxdb1", influx1_over_tls["options"])
+    message = str(raised.value)
+    assert "'ssl_ca_cert'" in message
+    assert "verify_ssl=false" in message
+    assert influx_writes(influx1_over_tls) == 0  # no data moved, not even the empty write
+    assert influx1_over_tls["options"]["password"] not in message
+
+
+def test_influxdb1_a_refused_certificate_on_a_write_is_not_retried(
+    influx1_over_tls: dict[str, Any],
+) -> None:
+    """The executors' error boundary: a write refused for its certificate fails at once."""
+    from quixsinks.sinks.influxdb1 import InfluxDB1Options
+    from quixsinks.sinks.influxdb1.sink import InfluxDB1Sink
+
+    options = {**influx1_over_tls["options"], "retry_max_attempts": "5"}
+    sink = InfluxDB1Sink(InfluxDB1Options.from_options(options))
+    with pytest.raises(DestinationError, match=CERTIFICATE_REFUSED) as raised:
+        sink._send(b"env temp=1 1714521600000\n")
+    assert not isinstance(raised.value, RetryableError)
+    assert influx_writes(influx1_over_tls) == 0
+
+
 # -- postgresql: a second server with ssl=on and TCP over TLS only (hostssl) ----------------
 
 

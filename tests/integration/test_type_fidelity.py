@@ -177,6 +177,9 @@ def bq_form(value: Any, t: pa.DataType) -> Any:
     return value
 
 
+#: the two sinks of the one line-protocol encoder: the same cells, the same checks
+INFLUX_SINKS = ("influxdb3", "influxdb1")
+
 FORMS: dict[str, Callable[[Any, pa.DataType], Any]] = {
     "bigquery": bq_form,
     "file json": json_form,
@@ -186,6 +189,7 @@ FORMS: dict[str, Callable[[Any, pa.DataType], Any]] = {
     "tsdatalake": plain_form,
     "postgresql": pg_form,
     "influxdb3": influx_form,
+    "influxdb1": influx_form,
     "redis": json_form,
     "kinesis": json_form,
     "pubsub": json_form,
@@ -363,13 +367,14 @@ def target(sink: str, tmp_path: Path, name: str, request: pytest.FixtureRequest)
     if sink == "bigquery":
         bigquery_sink = request.getfixturevalue("bigquery_sink")
         return "bigquery", dict(bigquery_sink["options"]), {"bigquery": bigquery_sink}
-    influx = request.getfixturevalue("influx")
+    # influxdb3 (the stand-in's v3 API) or influxdb1 (the 1.x server with auth): one encoder
+    influx = request.getfixturevalue("influx1" if sink == "influxdb1" else "influx")
     options = {
         **influx["options"],
         "measurement": "fid",
         "time_precision": "us",
     }
-    return "influxdb3", options, {"influx": influx}
+    return sink, options, {"influx": influx}
 
 
 def landed(sink: str, where: dict[str, Any]) -> int:
@@ -414,7 +419,7 @@ def test_values_are_lossless_or_converted_as_declared(
         cases = [c for c in cases if c.name not in BIGQUERY_EMULATOR_GAPS]
     df = frame(spark, cases)
     fmt, options, where = target(sink, tmp_path, "fid", request)
-    if sink == "influxdb3":
+    if sink in INFLUX_SINKS:
         options["fields_keys"] = ",".join(["id", *(c.name for c in cases)])
     write(df, fmt, options)
     source = df.toArrow()
@@ -446,7 +451,7 @@ def test_error_cells_fail_clearly_and_write_nothing(
     spark: Any, sink_name: str, case: Case, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     fmt, options, where = target(sink_name, tmp_path, "fid", request)
-    if sink_name == "influxdb3":
+    if sink_name in INFLUX_SINKS:
         options["fields_keys"] = f"id,{case.name}"
     with pytest.raises(Exception, match=r"(OptionError|RecordError)") as failure:
         write(frame(spark, [case]), fmt, options)
@@ -476,7 +481,7 @@ def key_form(sink: str, value: Any, t: pa.DataType) -> Any:
         return value.encode() if isinstance(value, str) else value
     if value is None:
         return "" if sink in ("file csv", "csvfile") else None
-    if sink in ("file json", "file csv", "csvfile", "influxdb3") and pa.types.is_binary(t):
+    if sink in ("file json", "file csv", "csvfile", *INFLUX_SINKS) and pa.types.is_binary(t):
         return value.decode("utf-8", "replace")
     if sink in ("file csv", "csvfile", "postgresql", "bigquery") and pa.types.is_struct(t):
         return json.dumps(value, separators=(",", ":"))
@@ -534,7 +539,7 @@ def test_keys_are_written_as_declared(
         f"id FROM range({rows})"
     ).coalesce(1)
     fmt, options, where = target(sink, tmp_path, "fid", request)
-    if sink == "influxdb3":
+    if sink in INFLUX_SINKS:
         options.update(include_metadata_tags="true", fields_keys="id")
     kind = case.cells[sink][0]
     if kind == ERROR:
@@ -559,7 +564,7 @@ def time_form(sink: str, value: dt.datetime) -> Any:
     if sink == "tsdatalake":
         return value  # the column as it is
     micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
-    if sink == "influxdb3":
+    if sink in INFLUX_SINKS:
         return micros * 1000  # InfluxQL answers in nanoseconds
     if sink == "iceberg":
         return value
@@ -613,7 +618,7 @@ def test_record_times_are_written_as_declared(
         f"SELECT CASE id {branches} END AS timestamp, id FROM range({len(case.values)})"
     ).coalesce(1)
     fmt, options, where = target(sink, tmp_path, "fid", request)
-    if sink == "influxdb3":
+    if sink in INFLUX_SINKS:
         options["fields_keys"] = "id"
     if sink == "kinesis":
         write(df, fmt, {**options, "null_partition_keys": "dedupe_id"})

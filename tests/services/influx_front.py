@@ -40,6 +40,8 @@ from typing import Any
 
 V3_WRITE = "/api/v3/write_lp"
 V2_WRITE = "/api/v2/write"
+#: the 1.x write API, passed through to the 1.x server as it is (its auth, its answers)
+V1_WRITE = "/write"
 FAULTS_PATH = "/__faults"
 VERSION = "3.0.0-quixsinks-stand-in"
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # InfluxDB 3 Core's default --max-http-request-size
@@ -201,7 +203,7 @@ class FrontRequest:
 
     @property
     def is_write(self) -> bool:
-        return self.method == "POST" and self.path in (V3_WRITE, V2_WRITE)
+        return self.method == "POST" and self.path in (V3_WRITE, V2_WRITE, V1_WRITE)
 
     @property
     def database(self) -> str | None:
@@ -533,6 +535,8 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/ping":
                 return 204, b"", {}
             return _json_reply(200, {"name": "influxdb3", "status": "pass"})
+        if path == V1_WRITE and self.command == "POST":
+            return self._pass_v1_write(body, info)
         if path not in (V3_WRITE, V2_WRITE):
             if path.startswith("/api/v3/query") or path in ("/query", "/api/v2/query"):
                 message = "queries are not supported by the stand-in; use InfluxServer.query()"
@@ -564,6 +568,38 @@ class _Handler(BaseHTTPRequestHandler):
         except _Error as exc:
             return _error_reply(info, exc)
         return 204, b"", {}
+
+    def _pass_v1_write(self, body: bytes, info: dict[str, Any]) -> _Reply:
+        """``POST /write`` (1.x): a queued fault, or the 1.x server's own answer (its
+        credentials check included: the Authorization header and query go through)."""
+        with contextlib.suppress(_Error):
+            lp = self._decode_body(body, info)
+            info["lines"] = sum(1 for line in lp.split(b"\n") if line.strip())
+        fault = self.front.faults.take()
+        if fault is not None:
+            self.front.faults.sleep(fault.delay)
+            if fault.status is not None:
+                info["injected"] = True
+                return _fault_reply(fault, info)
+        headers = {
+            h: v for h in ("Authorization", "Content-Encoding") if (v := self.headers.get(h))
+        }
+        headers["Content-Type"] = self.headers.get("Content-Type", "text/plain")
+        conn = http.client.HTTPConnection(*self.front._backend, timeout=self.front.backend_timeout)
+        try:
+            conn.request("POST", self.path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except OSError as exc:
+            return _error_reply(info, _Error(500, f"InfluxDB 1.x unreachable: {exc}"))
+        finally:
+            conn.close()
+        if response.status >= 300:
+            info["error"] = _error_text(data)
+        passed = {
+            h: v for h in ("Content-Type", "X-Influxdb-Error") if (v := response.getheader(h))
+        }
+        return response.status, data, passed
 
     def _faults_api(self, body: bytes) -> _Reply:
         faults = self.front.faults
@@ -768,6 +804,7 @@ def fetch_faults(front_url: str, timeout: float = 10.0) -> dict[str, Any]:
 
 
 __all__ = [
+    "V1_WRITE",
     "V2_WRITE",
     "V3_WRITE",
     "Fault",

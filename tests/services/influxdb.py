@@ -13,6 +13,7 @@ and keeps it running until Ctrl-C.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -68,12 +69,18 @@ class InfluxServer(Service):
         *,
         auto_create_databases: bool = False,
         max_body_bytes: int | None = None,
+        auth: bool = False,
     ) -> None:
         self.influxd = influxd or find_influxd()
         self.start_timeout = start_timeout
         self.token = secrets.token_urlsafe(24)
         self.auto_create_databases = auto_create_databases
         self.max_body_bytes = max_body_bytes
+        # auth: influxd's auth-enabled, with an admin user that the helpers below use
+        self.auth = auth
+        self.admin_user = "admin"
+        self.admin_password = secrets.token_urlsafe(18)
+        self._admin_exists = False
         self.influx_port = 0  # 1.x HTTP API
         self.rpc_port = 0  # 1.x backup/restore RPC (bind-address)
         self.pid: int | None = None
@@ -160,6 +167,13 @@ class InfluxServer(Service):
                     raise RuntimeError(
                         f"influxd {why}\n--- influxd log (tail) ---\n{self._log_tail()}"
                     )
+            if self.auth:  # the first admin user can be created without credentials
+                self._influxql(
+                    f"CREATE USER {quote_ident(self.admin_user)} WITH PASSWORD "
+                    f"{quote_string(self.admin_password)} WITH ALL PRIVILEGES",
+                    post=True,
+                )
+                self._admin_exists = True
             kwargs: dict[str, Any] = {"auto_create_databases": self.auto_create_databases}
             if self.max_body_bytes is not None:
                 kwargs["max_body_bytes"] = self.max_body_bytes
@@ -173,6 +187,7 @@ class InfluxServer(Service):
         """Stop the front and the influxd this object started (SIGKILL), delete the directory."""
         if self.tmpdir is None:
             return
+        self._admin_exists = False
         try:
             if self.front is not None:
                 self.front.stop()
@@ -184,12 +199,34 @@ class InfluxServer(Service):
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
                 self.tmpdir = None
 
+    def crash(self) -> None:
+        """SIGKILL influxd and start it again on the same ports and data (the front stays).
+
+        influxd fsyncs its WAL before it acknowledges a write, so it comes back with every
+        acknowledged point.
+        """
+        self._kill_influxd()
+        if not self._start_influxd():
+            raise RuntimeError(f"influxd did not come back after a crash\n{self._log_tail()}")
+
     # -- 1.x helpers ----------------------------------------------------------------------
 
     def create_database(self, name: str) -> str:
         """Create database `name` (no-op if it exists) and return `name`."""
         self._influxql(f"CREATE DATABASE {quote_ident(name)}", post=True)
         return name
+
+    def create_user(self, name: str, password: str, *, write_on: str | None = None) -> None:
+        """A non-admin user (auth servers), with WRITE on database `write_on` if given."""
+        self._influxql(
+            f"CREATE USER {quote_ident(name)} WITH PASSWORD {quote_string(password)}", post=True
+        )
+        if write_on is not None:
+            self.grant_write(name, write_on)
+
+    def grant_write(self, user: str, database: str) -> None:
+        """Let `user` write to `database` (auth servers)."""
+        self._influxql(f"GRANT WRITE ON {quote_ident(database)} TO {quote_ident(user)}", post=True)
 
     def drop_database(self, name: str) -> None:
         self._influxql(f"DROP DATABASE {quote_ident(name)}", post=True)
@@ -228,6 +265,9 @@ class InfluxServer(Service):
             request = urllib.request.Request(f"{self.influx_url}/query", data=encoded.encode())
         else:
             request = urllib.request.Request(f"{self.influx_url}/query?{encoded}")
+        if self._admin_exists:
+            pair = f"{self.admin_user}:{self.admin_password}".encode()
+            request.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 answer = json.loads(response.read())
@@ -279,7 +319,7 @@ bind-address = "{self.host}:{self.rpc_port}"
 [http]
   enabled = true
   bind-address = "{self.host}:{self.influx_port}"
-  auth-enabled = false
+  auth-enabled = {"true" if self.auth else "false"}
   log-enabled = false
   pprof-enabled = false
   max-body-size = 0
@@ -350,6 +390,11 @@ bind-address = "{self.host}:{self.rpc_port}"
 def quote_ident(name: str) -> str:
     """`name` as an InfluxQL identifier (double-quoted)."""
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def quote_string(text: str) -> str:
+    """`text` as an InfluxQL string literal (single-quoted)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 #   postgresql              server binaries (initdb, pg_ctl) under /usr/lib/postgresql/<ver>/bin
 #   libpostgresql-jdbc-java PostgreSQL JDBC driver (/usr/share/java/postgresql.jar), for benchmarks
 #   influxdb                InfluxDB 1.x server (/usr/bin/influxd), stand-in for InfluxDB 3
+#   influxdb-client         its `influx` CLI: `influx -import`, the influxdb1 benchmark's ceiling
 #   redis-server redis-tools Redis 7 server and redis-cli / redis-benchmark (the redis sink)
 # Idempotent: does nothing (and needs no network) when all are present.
 # The tests never use Debian's own `main` PostgreSQL cluster nor its `influxdb` service; they
@@ -24,11 +25,12 @@ missing=()
 have_pg_ctl || missing+=(postgresql)
 have_pkg libpostgresql-jdbc-java || missing+=(libpostgresql-jdbc-java)
 have_influxd || missing+=(influxdb)
+have_pkg influxdb-client || missing+=(influxdb-client) # `influx -import`: the influxdb1 bench's ceiling
 have_pkg redis-server || missing+=(redis-server)
 have_pkg redis-tools || missing+=(redis-tools)
 
 if ((${#missing[@]} == 0)); then
-  echo "tests/services/install.sh: postgresql, libpostgresql-jdbc-java, influxdb and redis already installed"
+  echo "tests/services/install.sh: postgresql, libpostgresql-jdbc-java, influxdb (and its client) and redis already installed"
   exit 0
 fi
 

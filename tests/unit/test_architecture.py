@@ -168,6 +168,7 @@ def minimal_options(name: str, tmp_path: Path) -> dict[str, str]:
         "csvfile": {"path": str(tmp_path / "out.csv")},
         "postgresql": {"dbname": "db", "table_name": "t", "password": "secret"},
         "influxdb3": {"host": "http://127.0.0.1:1", "database": "db", "measurement": "m"},
+        "influxdb1": {"host": "127.0.0.1", "database": "db", "measurement": "m"},
         "redis": {"host": "127.0.0.1", "password": "secret"},
         "tsdatalake": {"path": str(tmp_path / "lake"), "table_name": "t"},
         "kinesis": {"stream_name": "s", "aws_secret_access_key": "secret"},

@@ -80,7 +80,7 @@ def _as_text(column: pa.Array, name: str = "") -> pa.Array:
         column = column.dictionary_decode()
     if pa.types.is_nested(column.type):
         raise RecordError(
-            f"influxdb3: {name!r} holds {column.type} values, which cannot be a tag or a "
+            f"line protocol: {name!r} holds {column.type} values, which cannot be a tag or a "
             "measurement; use a column or JSON key of text or numbers",
             column=name or None,
         )
@@ -88,7 +88,7 @@ def _as_text(column: pa.Array, name: str = "") -> pa.Array:
         # strict: a replacement character could make two tags (two series) one
         from quixsinks.core.formats import decode_utf8_strict
 
-        return decode_utf8_strict(column, f"influxdb3: {name!r}")
+        return decode_utf8_strict(column, f"line protocol: {name!r}")
     return pc.cast(column, pa.string())
 
 
@@ -160,7 +160,7 @@ def field_pieces(
             return [pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), text)]
         return ['"', escape(_as_text(column), '\\"'), '"']
     raise RecordError(
-        f"influxdb3: {name!r} holds {column.type} values, which cannot be a field; flatten "
+        f"line protocol: {name!r} holds {column.type} values, which cannot be a field; flatten "
         "it or serialise it to a string first, or leave it out with fields_keys",
         column=name,
     )
@@ -214,7 +214,7 @@ def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array
         _check_storable(pc.cast(column, pa.int64()), precision, name)
         return pc.cast(column, pa.int64())
     raise OptionError(
-        f"influxdb3: time column {name!r} has type {t}; it must be a timestamp or an integer "
+        f"line protocol: time column {name!r} has type {t}; it must be a timestamp or an integer "
         "epoch time",
         option="time_key",
         value=name,
@@ -335,10 +335,10 @@ def _escape_literal(name: str, characters: str = ",= ", *, starts_line: bool = F
     the line a comment.
     """
     if "\n" in name:
-        raise OptionError(f"influxdb3: the name {name!r} contains a newline", value=name)
+        raise OptionError(f"line protocol: the name {name!r} contains a newline", value=name)
     if re.search(AMBIGUOUS_BACKSLASH, name) or (starts_line and name.startswith("#")):
         raise OptionError(
-            f"influxdb3: the name {name!r} cannot be written unambiguously in line protocol "
+            f"line protocol: the name {name!r} cannot be written unambiguously in line protocol "
             "(a backslash at its end or before a backslash, comma, equals sign or space"
             + (", or a leading '#'" if starts_line else "")
             + "); rename it",
@@ -360,7 +360,7 @@ def check_not_time(tags: Sequence[str], fields: Sequence[str]) -> None:
     for kind, names in (("tag", tags), ("field", fields)):
         if TIME_KEY in names:
             raise OptionError(
-                f"influxdb3: a {kind} cannot be named 'time' (InfluxDB's time column; InfluxDB "
+                f"line protocol: a {kind} cannot be named 'time' (InfluxDB's time column; InfluxDB "
                 f"1.x drops such a {kind} silently): rename the column in Spark, or leave it "
                 f"out with {kind}s_keys",
                 option=f"{kind}s_keys",
@@ -373,7 +373,7 @@ def check_names(tags: Sequence[str], fields: Sequence[str]) -> None:
     overlap = sorted(set(tags) & set(fields))
     if overlap:
         raise OptionError(
-            f"influxdb3: {', '.join(map(repr, overlap))} cannot be both a tag and a field; "
+            f"line protocol: {', '.join(map(repr, overlap))} cannot be both a tag and a field; "
             "remove it from tags_keys or fields_keys",
             option="tags_keys",
             value=",".join(overlap),

@@ -1,7 +1,8 @@
 """The InfluxDB 3 sink: vectorised line protocol, gzip, batch_size lines per request.
 
-Executor: each SinkBatch becomes line protocol in Arrow (see ``lineprotocol``), sent in
-requests of ``batch_size`` lines through influxdb3-python, synchronously, each request
+Executor: each SinkBatch becomes line protocol in Arrow (rows to points: ``points``, shared
+with the ``influxdb1`` sink; the encoder: ``lineprotocol``), sent in requests of
+``batch_size`` lines through influxdb3-python, synchronously, each request
 under the sink's RetryPolicy: HTTP 429/503 become SinkBackpressureError (honouring
 Retry-After), connection failures and other 5xx are retried with backoff; 422 (points
 outside the retention period) skips the request with a warning and a count, unless
@@ -14,19 +15,12 @@ exactly-once.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import ssl
 import urllib.error
 import urllib.request
-import zlib
 from typing import Any, ClassVar
 
-import pyarrow as pa
-
-from quixsinks.core.arrow import join_lines
-from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
@@ -40,11 +34,10 @@ from quixsinks.core.errors import (
     SinkBackpressureError,
     timed_out,
 )
-from quixsinks.core.sink import Sink
 from quixsinks.core.tls import certificate_error, certificate_failure
 
-from .lineprotocol import TIME_KEY, LineProtocol, field_kind, timestamps
 from .options import InfluxDB3Options
+from .points import PointsSink, gzip_body
 
 __all__ = ["InfluxDB3Sink", "translate"]
 
@@ -163,20 +156,12 @@ def is_server_error(exc: Exception) -> bool:
     )
 
 
-class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
+class InfluxDB3Sink(PointsSink[InfluxDB3Options]):
     """Writes points to InfluxDB 3; effectively exactly-once. See docs/sinks/influxdb3.md."""
 
     name: ClassVar[str] = "influxdb3"
     options_class = InfluxDB3Options
-    guarantee = "effectively exactly-once"
     extra = "influxdb3"
-    retries_requests = True  # each request under the task's RetryPolicy, see write()
-
-    def __init__(self, options: InfluxDB3Options, *, overwrite: bool = False) -> None:
-        super().__init__(options, overwrite=overwrite)
-        self.protocol: LineProtocol | None = None
-        self.time_column: str | None = None
-        self.metadata_tags: dict[str, str] = {}
 
     @classmethod
     def check_dependencies(cls) -> None:
@@ -185,110 +170,7 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
     def __repr__(self) -> str:
         return f"InfluxDB3Sink(host={self.options.host!r}, database={self.options.database!r})"
 
-    # ------------------------------------------------------------------ driver: planning
-
-    def prepare(self, schema: pa.Schema) -> None:
-        super().prepare(schema)
-        records = self.records
-        assert records is not None
-        opts = self.options
-        names = set(schema.names)
-        if opts.measurement_column is not None and opts.measurement_column not in names:
-            raise OptionError(
-                f"influxdb3: 'measurement_column' names {opts.measurement_column!r}, which the "
-                f"DataFrame does not have; its columns are: {', '.join(schema.names)}",
-                option="measurement_column",
-                value=opts.measurement_column,
-            )
-        self.time_column = opts.time_key or records.timestamp
-        if self.time_column is None:
-            raise OptionError(
-                "influxdb3: no time column; set 'time_key' or 'timestamp_column' (the DataFrame "
-                "has no timestamp column to take the record time from)",
-                option="time_key",
-            )
-        if self.time_column not in names:
-            raise OptionError(
-                f"influxdb3: 'time_key' names {self.time_column!r}, which the DataFrame does "
-                f"not have; its columns are: {', '.join(schema.names)}",
-                option="time_key",
-                value=self.time_column,
-            )
-        time_type = schema.field(self.time_column).type
-        if not (pa.types.is_timestamp(time_type) or pa.types.is_integer(time_type)):
-            raise OptionError(
-                f"influxdb3: time column {self.time_column!r} has type {time_type}; it must be "
-                f"a timestamp or an integer epoch time in {opts.time_precision}",
-                option="time_key",
-                value=self.time_column,
-            )
-        if records.value_json:
-            tags = list(opts.tags_keys)  # JSON keys or DataFrame columns, resolved per batch
-        else:
-            tags = [t for t in opts.tags_keys if t in names]
-            absent_tags = [t for t in opts.tags_keys if t not in names]
-            if absent_tags:
-                self.logger.warning("tag columns %s are not in the DataFrame: skipped", absent_tags)
-            for tag in tags:
-                if pa.types.is_nested(schema.field(tag).type):
-                    raise OptionError(
-                        f"influxdb3: tag column {tag!r} has type {schema.field(tag).type}, which "
-                        "cannot be a tag; use a column of text or numbers",
-                        option="tags_keys",
-                        value=tag,
-                    )
-        self.metadata_tags = {}
-        if opts.include_metadata_tags:
-            for tag, column in (
-                ("__key", records.key),
-                ("__topic", records.topic),
-                ("__partition", records.partition),
-            ):
-                if column is not None:
-                    self.metadata_tags[tag] = column
-        taken = {self.time_column, opts.measurement_column, *tags}
-        fields: list[str] = []
-        if records.value_json:
-            fields = list(opts.fields_keys)  # known per batch when empty
-        elif opts.fields_keys:
-            for name in opts.fields_keys:
-                if name in names:
-                    fields.append(name)
-                elif not opts.allow_missing_fields:
-                    raise OptionError(
-                        f"influxdb3: field {name!r} is not in the DataFrame (columns: "
-                        f"{', '.join(schema.names)}); set allow_missing_fields=true to skip it",
-                        option="fields_keys",
-                        value=name,
-                    )
-        else:
-            fields = [n for n in records.values if n not in taken]
-        if not records.value_json:
-            for name in fields:
-                if field_kind(schema.field(name).type) == "unsupported":
-                    raise OptionError(
-                        f"influxdb3: column {name!r} has type {schema.field(name).type}, which "
-                        "cannot be a field; flatten it, serialise it to a string, or leave it "
-                        "out with fields_keys",
-                        option="fields_keys",
-                        value=name,
-                    )
-            if not fields:
-                raise OptionError(
-                    "influxdb3: no field column left once tags and time are taken; every point "
-                    "needs at least one field",
-                    option="fields_keys",
-                )
-        self.protocol = LineProtocol(
-            measurement=opts.measurement,
-            measurement_column=opts.measurement_column,
-            tags=(*tags, *self.metadata_tags),
-            fields=tuple(fields),
-            precision=opts.time_precision,
-            ints_to_floats=opts.convert_ints_to_floats,
-            invalid_floats=opts.invalid_floats,
-            decimals=opts.decimal_fields,
-        )
+    # ------------------------------------------------------------------ driver
 
     def preflight(self) -> None:
         """Ping the server once with the token and the writes' TLS settings (verify_ssl,
@@ -351,77 +233,13 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             **tls,
         )
 
-    def write(self, batch: SinkBatch) -> None:
-        assert self.protocol is not None
-        assert self.time_column is not None
-        protocol = self.protocol
-        values = batch.values()
-        if self.records is not None and self.records.value_json:
-            protocol = self._json_protocol(protocol, values, batch)
-        columns: dict[str, pa.Array] = {}
-        for name in (*protocol.tags, *protocol.fields, protocol.measurement_column):
-            if name is None or name in columns:
-                continue
-            if name in self.metadata_tags:
-                columns[name] = batch.column(self.metadata_tags[name])
-            elif name in values.column_names:
-                columns[name] = values.column(name).combine_chunks()
-            elif name in batch.table.column_names:
-                columns[name] = batch.column(name)
-            else:  # a tag that no row of this batch has: left out of every line
-                columns[name] = pa.nulls(batch.num_rows, pa.string())
-        times = timestamps(
-            batch.column(self.time_column), self.options.time_precision, name=self.time_column
-        )
-        lines, skipped = protocol.lines(columns, times, batch.num_rows)
-        if skipped:
-            batch.count("skipped_no_fields", skipped)
-        task = batch.task
-        for start in range(0, len(lines), self.options.batch_size):
-            chunk = lines.slice(start, self.options.batch_size)
-            request = functools.partial(self._send, join_lines(chunk, b"").to_pybytes())
-            what = f"influxdb3 write of {len(chunk)} lines"
-            # one retry layer: per request, under the task's policy (the glue adds none)
-            sent = task.retry(request, what=what) if task is not None else request()
-            if not sent:
-                batch.count("skipped_retention", len(chunk))
-        batch.count("points", len(lines))
-
-    def _json_protocol(
-        self, protocol: LineProtocol, values: pa.Table, batch: SinkBatch
-    ) -> LineProtocol:
-        """The fields of a batch of JSON values: ``fields_keys``, or every key that is not
-        a tag; a ``fields_keys`` entry that no row of the batch has is a RecordError unless
-        allow_missing_fields."""
-        present = set(values.column_names) | set(batch.table.column_names)
-        if protocol.fields:
-            missing = [f for f in protocol.fields if f not in present]
-            if missing and not self.options.allow_missing_fields:
-                raise RecordError(
-                    f"influxdb3: fields_keys {', '.join(map(repr, missing))} in no row of this "
-                    f"batch's JSON values (keys: {', '.join(values.column_names) or 'none'}); "
-                    "set allow_missing_fields=true to write the points without them",
-                    column=missing[0],
-                )
-            fields = tuple(f for f in protocol.fields if f in present)
-        else:
-            taken = {protocol.measurement_column, *protocol.tags}
-            fields = tuple(n for n in values.column_names if n not in taken)
-        if TIME_KEY in fields:
-            raise RecordError(
-                "influxdb3: the JSON values of this batch have a key 'time', which cannot be a "
-                "field (InfluxDB's time column; InfluxDB 1.x drops such a field silently): "
-                "rename the key, or choose the fields with fields_keys",
-                column=TIME_KEY,
-            )
-        return dataclasses.replace(protocol, fields=fields)
-
     def _send(self, body: bytes) -> bool:
-        """One request; False when the server dropped it for its retention period."""
+        """One request through influxdb3-python; False when the server dropped it for its
+        retention period (HTTP 422)."""
         extra: dict[str, str] = {}
         if self.options.enable_gzip:
             # level 1: ~9x faster than the client's level 9, for a slightly larger body
-            body = _gzip(body)
+            body = gzip_body(body)
             extra["content_encoding"] = "gzip"
         try:
             self._client().write(record=body, write_precision=self.options.time_precision, **extra)
@@ -444,11 +262,6 @@ class InfluxDB3Sink(Sink[InfluxDB3Options, None]):
             if isinstance(error, RecordError):
                 error = RecordError(_with_lines(error.message, exc))
             raise error from exc
-
-
-def _gzip(body: bytes) -> bytes:
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
-    return compressor.compress(body) + compressor.flush()
 
 
 def _with_lines(message: str, exc: Exception) -> str:

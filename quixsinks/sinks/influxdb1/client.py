@@ -1,0 +1,245 @@
+"""The InfluxDB 1.x HTTP API through urllib3: ``/ping``, ``/write``, and the one error
+boundary that turns its answers into quixsinks errors.
+
+No vendor client: the 1.x write API is one POST of line protocol, and the sink builds the
+line protocol itself (influxdb-python, which Quix uses, would turn rows back into Python
+dicts and re-encode them). Every request has the ``request_timeout_ms`` timeout (its connect
+part capped by :func:`~quixsinks.core.clients.connect_timeout`) and urllib3 retries nothing:
+the sink's RetryPolicy is the one retry layer.
+
+Answers, per the 1.x handler (``services/httpd``):
+
+* 204: written.
+* 400 ``partial write: field type conflict ...`` / ``points beyond retention policy`` /
+  ``unable to parse``: a row-level refusal, :class:`RecordError` (the server stored the
+  request's other points; a replay overwrites them);
+* 401/403: :class:`DestinationAccessDeniedError`, never retried;
+* 404 ``database not found``, and 500 ``retention policy not found`` (1.x answers it
+  with a 500; the one answer recognised by its text, as 1.x has no error codes):
+  :class:`DestinationNotFoundError`;
+* 413: the body is over the server's ``max-body-size``: a DestinationError naming
+  ``batch_size``;
+* 429/503 with ``Retry-After``: :class:`SinkBackpressureError`; without it, and other 5xx
+  (a write timeout, a hinted-handoff queue full): :class:`RetryableError`;
+* no answer in time, a refused or dropped connection: :class:`RetryableError`; a server
+  certificate that does not verify: a DestinationError saying what to set.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from quixsinks.core.clients import connect_timeout
+from quixsinks.core.errors import (
+    DestinationAccessDeniedError,
+    DestinationError,
+    DestinationNotFoundError,
+    MissingDependencyError,
+    OptionError,
+    QuixSinksError,
+    RecordError,
+    RetryableError,
+    SinkBackpressureError,
+    timed_out,
+)
+from quixsinks.core.tls import certificate_error, certificate_failure
+
+from .options import InfluxDB1Options
+
+__all__ = ["Answer", "InfluxDB1Client", "import_urllib3", "translate"]
+
+#: line protocol, as the 1.x server expects it
+CONTENT_TYPE = "text/plain; charset=utf-8"
+
+
+def import_urllib3() -> Any:
+    try:
+        import urllib3
+    except ImportError as exc:
+        raise MissingDependencyError("urllib3", "influxdb1") from exc
+    return urllib3
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer of the server (the body decoded as its error text)."""
+
+    status: int
+    error: str
+    retry_after: str | None = None
+    version: str | None = None
+
+
+class InfluxDB1Client:
+    """One connection pool to one server with the sink's credentials and TLS settings."""
+
+    def __init__(self, options: InfluxDB1Options) -> None:
+        urllib3 = import_urllib3()
+        self.options = options
+        self.url = options.url
+        seconds = options.request_timeout_ms / 1000
+        self.timeout = urllib3.Timeout(connect=connect_timeout(seconds), read=seconds)
+        tls: dict[str, Any] = {}
+        if options.uses_tls:
+            tls = {"ssl_context": tls_context(options)}
+            if not options.verify_ssl:
+                tls["assert_hostname"] = False
+        self._pool = urllib3.PoolManager(num_pools=2, maxsize=4, retries=False, **tls)
+        self._headers: dict[str, str] = {}
+        self._credentials: dict[str, str] = {}
+        if options.username is not None and options.password is not None:
+            if options.auth_method == "basic":
+                pair = f"{options.username}:{options.password}".encode()
+                self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+            else:
+                self._credentials = {"u": options.username, "p": options.password}
+
+    def __repr__(self) -> str:
+        return f"InfluxDB1Client(url={self.url!r}, database={self.options.database!r})"
+
+    def close(self) -> None:
+        self._pool.clear()
+
+    def ping(self) -> Answer:
+        """``GET /ping``: the server answers 204 with its version, no credentials needed."""
+        return self._request("GET", "/ping", {}, None, {})
+
+    def write(self, body: bytes, *, gzip: bool = False) -> Answer:
+        """``POST /write`` of line protocol (gzip-compressed when ``gzip``)."""
+        headers = {"Content-Type": CONTENT_TYPE}
+        if gzip:
+            headers["Content-Encoding"] = "gzip"
+        parameters = {**self.options.write_parameters(), **self._credentials}
+        return self._request("POST", "/write", parameters, body, headers)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        parameters: dict[str, str],
+        body: bytes | None,
+        headers: dict[str, str],
+    ) -> Answer:
+        url = self.url + path
+        if parameters:
+            url += "?" + urllib.parse.urlencode(parameters)
+        response = self._pool.request(
+            method,
+            url,
+            body=body,
+            headers={**self._headers, **headers},
+            timeout=self.timeout,
+            redirect=False,
+            preload_content=True,
+        )
+        return Answer(
+            status=response.status,
+            error=_error_text(response.data) if response.status >= 300 else "",
+            retry_after=response.headers.get("Retry-After"),
+            version=response.headers.get("X-Influxdb-Version"),
+        )
+
+
+def tls_context(options: InfluxDB1Options) -> ssl.SSLContext:
+    """The TLS settings of every request: the CA bundle, or no verification at all."""
+    if not options.verify_ssl:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=options.ssl_ca_cert)
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(
+            f"influxdb1: 'ssl_ca_cert' {options.ssl_ca_cert!r} is not a readable file of PEM "
+            f"certificates: {exc}",
+            option="ssl_ca_cert",
+            value=options.ssl_ca_cert,
+        ) from None
+
+
+def _error_text(data: bytes) -> str:
+    """The ``error`` of a 1.x JSON error body, or the body itself (shortened)."""
+    text = data.decode("utf-8", errors="replace").strip()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text[:2000]
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+        return str(parsed["error"])
+    return text[:2000]
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None  # an HTTP date: use our own backoff
+
+
+def translate(answer: Answer, where: str) -> QuixSinksError | None:
+    """The quixsinks error for an answer of ``/write``; None when it was written."""
+    status, message = answer.status, answer.error
+    if 200 <= status < 300:
+        return None
+    text = f"{where}: HTTP {status}: {message}" if message else f"{where}: HTTP {status}"
+    if status in (429, 503):
+        retry_after = _retry_after(answer.retry_after)
+        if retry_after is not None:
+            return SinkBackpressureError(retry_after, text)
+        return RetryableError(text)
+    if status in (401, 403):
+        return DestinationAccessDeniedError(
+            f"{where}: HTTP {status}: {message or 'access denied'}; check 'username' and "
+            "'password' (and the user's WRITE privilege on the database)",
+            location=where,
+        )
+    if status == 404 or (status == 500 and "retention policy not found" in message):
+        # 1.x answers a missing retention policy with a 500: no retry can create it
+        return DestinationNotFoundError(
+            f"{text}; create it first (InfluxQL: CREATE DATABASE, CREATE RETENTION POLICY)",
+            location=where,
+        )
+    if status == 400:
+        if "retention policy" in message and "beyond" in message:
+            return RecordError(
+                f"{text} (points older than the retention policy's duration: the server "
+                "dropped them and stored the request's other points; filter such rows out, "
+                "or write them into a longer retention_policy)"
+            )
+        return RecordError(text)
+    if status == 413:
+        return DestinationError(
+            f"{text}; the request is over the server's max-body-size: lower 'batch_size'",
+            location=where,
+        )
+    if status >= 500:
+        return RetryableError(text)
+    return DestinationError(text, location=where)
+
+
+def translate_failure(exc: Exception, where: str, timeout_ms: int) -> QuixSinksError | None:
+    """The quixsinks error for a request that got no answer (urllib3 or socket failures);
+    None for an exception that is not a network failure (a bug: re-raised as it is)."""
+    refused = certificate_failure(exc)
+    if refused is not None:
+        return certificate_error(
+            where,
+            refused,
+            trust="set 'ssl_ca_cert' to a file holding its CA certificate (PEM)",
+            skip="verify_ssl=false",
+        )
+    urllib3 = import_urllib3()
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError too
+        return RetryableError(f"{where}: cannot reach the server: {exc}")
+    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
+        return RetryableError(f"{where}: {timed_out(timeout_ms / 1000, 'request_timeout_ms')}")
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        reason = getattr(exc, "reason", None) or exc
+        return RetryableError(f"{where}: cannot reach the server: {reason}")
+    return None
