@@ -37,6 +37,7 @@ BUILTIN_SINKS: dict[str, str] = {
         "influxdb3",
         "iceberg",
         "kinesis",
+        "mqtt",
         "postgresql",
         "pubsub",
         "redis",

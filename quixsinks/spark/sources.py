@@ -15,6 +15,7 @@ from quixsinks.sinks.file import FileSink
 from quixsinks.sinks.iceberg import IcebergSink
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 from quixsinks.sinks.kinesis import KinesisSink
+from quixsinks.sinks.mqtt import MQTTSink
 from quixsinks.sinks.postgresql import PostgreSQLSink
 from quixsinks.sinks.pubsub import PubSubSink
 from quixsinks.sinks.redis import RedisSink
@@ -29,6 +30,7 @@ __all__ = [
     "IcebergDataSource",
     "InfluxDB3DataSource",
     "KinesisDataSource",
+    "MQTTDataSource",
     "PostgreSQLDataSource",
     "PubSubDataSource",
     "RedisDataSource",
@@ -102,6 +104,17 @@ class KinesisDataSource(QuixDataSource):
     """
 
     sink_class = KinesisSink
+
+
+class MQTTDataSource(QuixDataSource):
+    """``format("mqtt")``: one MQTT message per row to ``<topic_root>/<key>``; QoS 1/2
+    at-least-once (MQTT 5: a deterministic ``qs_dedupe_id`` user property), QoS 0
+    at-most-once.
+
+    Save mode append; streaming output mode append. See docs/sinks/mqtt.md.
+    """
+
+    sink_class = MQTTSink
 
 
 class PubSubDataSource(QuixDataSource):
