@@ -214,7 +214,7 @@ class Received:
 
 
 class Recorder:
-    """Subscribes ``<topic>/#`` and ``<topic>`` at QoS 2 (MQTT 5, persistent session,
+    """Subscribes ``<topic>/#`` (which matches ``<topic>`` too) at QoS 2 (MQTT 5, persistent session,
     retain as published) and records every message; ``with`` or ``start()``/``stop()``."""
 
     def __init__(self, server: MosquittoServer, topic: str) -> None:
@@ -242,7 +242,7 @@ class Recorder:
         if reason.is_failure:
             return
         options = SubscribeOptions(qos=2, retainAsPublished=True)
-        client.subscribe([(f"{self.topic}/#", options), (self.topic, options)])
+        client.subscribe(f"{self.topic}/#", options=options)  # "a/#" matches "a" too
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
         props = getattr(message.properties, "UserProperty", None) or []

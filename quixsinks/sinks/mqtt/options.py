@@ -80,10 +80,10 @@ class MQTTOptions(CommonOptions):
         doc="MQTT 5 user properties: one map<string,string> column, or comma-separated "
         "columns sent as properties named after them (values as text, nulls left out)",
     )
-    dedupe_property: str = option(
+    dedupe_property: str | None = option(
         "qs_dedupe_id",
         doc="MQTT 5: the user property holding each message's deterministic dedupe id "
-        "(empty: none)",
+        "(none: no id)",
     )
     key_serializer: str | None = option(
         None,

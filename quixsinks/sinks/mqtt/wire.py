@@ -107,7 +107,7 @@ def build_messages(
             ).to_pylist()
             coordinates = kafka_coordinates(batch) if with_coordinates else None
             ids = pa.array(dedupe.ids(content, coordinates), pa.binary())
-            entry = _property_entry(opts.dedupe_property.encode(), ids, rows)
+            entry = _property_entry((opts.dedupe_property or "").encode(), ids, rows)
             properties = concat_rows([entry, properties], rows, pa.binary())
         properties = concat_rows(
             [varints(pc.binary_length(properties)), properties], rows, pa.binary()
