@@ -143,14 +143,18 @@ def test_a_lost_acknowledgement_is_resent_with_the_same_dedupe_id(
     assert by_id(once) == Counter(range(40))
 
 
-def test_a_broker_restart_mid_stream_loses_nothing(
-    spark: Any, mosquitto: MosquittoServer
-) -> None:
+def test_a_broker_restart_mid_stream_loses_nothing(spark: Any, mosquitto: MosquittoServer) -> None:
     root = f"r{uuid.uuid4().hex[:10]}"
     rows = 60_000
-    options = {**mosquitto.options(), "topic_root": root, "client_id": "restart", "version": "5",
-               "max_inflight": "200", "retry_backoff_seconds": "0.2",
-               "retry_deadline_seconds": "120"}  # fmt: skip
+    options = {
+        **mosquitto.options(),
+        "topic_root": root,
+        "client_id": "restart",
+        "version": "5",
+        "max_inflight": "200",
+        "retry_backoff_seconds": "0.2",
+        "retry_deadline_seconds": "120",
+    }
     restarted: list[int] = []
     with Recorder(mosquitto, root) as recorder:
         df = readings(spark, rows).repartition(2)
@@ -166,7 +170,8 @@ def test_a_broker_restart_mid_stream_loses_nothing(
         restarter.start()
         write(df, options)
         restarter.join(120)
-        assert restarted and restarted[0] < rows, "the broker did not restart mid-stream"
+        assert restarted, "the broker did not restart"
+        assert restarted[0] < rows, "the broker restarted after the last message"
         got = recorder.wait_for(rows, timeout=120)
     assert set(by_id(got)) == set(range(rows))
     assert by_id(deduplicated(got)) == Counter(range(rows))
@@ -182,10 +187,9 @@ def test_the_password_listener_takes_the_password_and_refuses_a_wrong_one(
         assert by_id(recorder.wait_for(10)) == Counter(range(10))
     wrong = {**options, "password": f"wrong-{SECRET_NOTE}"}
     fails_before_any_task(spark, lambda: write(readings(spark, 3), wrong), "refused")
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(Exception, match=r"bad user name or password|not authorized") as caught:
         write(readings(spark, 3), wrong)
     text = str(caught.value)
-    assert "bad user name or password" in text.lower() or "not authorized" in text.lower()
     assert SECRET_NOTE not in text
 
 
@@ -212,10 +216,10 @@ def test_bad_rows_fail_naming_the_row_before_anything_is_published(
     for key, why in (("a+b", "wildcard '\\+'"), ("a#", "wildcard '#'"), ("a\u0000b", "NUL")):
         bad = spark.sql(f"SELECT if(id = 3, '{key}', 'ok') AS key, id FROM range(6)")
         bad = bad.coalesce(1)
-        with pytest.raises(Exception, match=f"row 3 .*{why}"):
+        with pytest.raises(Exception, match=rf"row 3 .*{why}"):
             write(bad, options)
     nulls = spark.sql("SELECT if(id = 2, NULL, 'k') AS key, id FROM range(4)").coalesce(1)
-    with pytest.raises(Exception, match="row 2 .*null key"):
+    with pytest.raises(Exception, match=r"row 2 .*null key"):
         write(nulls, options)
     long_key = spark.sql("SELECT repeat('x', 70000) AS key, 1 AS id")
     with pytest.raises(Exception, match="at most 65535"):
@@ -274,11 +278,18 @@ def test_unacknowledged_windows_time_out_after_mqtt_flush_timeout_seconds() -> N
     resent on new connections, and the task fails counting what was never acknowledged."""
     broker = MuteBroker()
     try:
-        opts = MQTTOptions.from_options({
-            "server": "127.0.0.1", "port": str(broker.port), "tls_enabled": "false",
-            "topic_root": "mute", "client_id": "mute", "mqtt_flush_timeout_seconds": "0.5",
-            "retry_max_attempts": "2", "retry_backoff_seconds": "0.01",
-        })  # fmt: skip
+        opts = MQTTOptions.from_options(
+            {
+                "server": "127.0.0.1",
+                "port": str(broker.port),
+                "tls_enabled": "false",
+                "topic_root": "mute",
+                "client_id": "mute",
+                "mqtt_flush_timeout_seconds": "0.5",
+                "retry_max_attempts": "2",
+                "retry_backoff_seconds": "0.01",
+            }
+        )
         sink = MQTTSink(opts)
         table = pa.table({"key": ["a", "b", "c"], "id": [1, 2, 3]})
         sink.prepare(table.schema)
@@ -294,11 +305,17 @@ def test_unacknowledged_windows_time_out_after_mqtt_flush_timeout_seconds() -> N
 def test_a_broker_that_never_sends_the_connack_times_out() -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     try:
-        opts = MQTTOptions.from_options({
-            "server": "127.0.0.1", "port": str(listener.getsockname()[1]),
-            "tls_enabled": "false", "topic_root": "hung", "client_id": "hung",
-            "mqtt_flush_timeout_seconds": "0.5", "retry_max_attempts": "1",
-        })  # fmt: skip
+        opts = MQTTOptions.from_options(
+            {
+                "server": "127.0.0.1",
+                "port": str(listener.getsockname()[1]),
+                "tls_enabled": "false",
+                "topic_root": "hung",
+                "client_id": "hung",
+                "mqtt_flush_timeout_seconds": "0.5",
+                "retry_max_attempts": "1",
+            }
+        )
         with pytest.raises(DestinationError, match=r"no CONNACK, timed out"):
             MQTTSink(opts).preflight()
     finally:
@@ -308,14 +325,18 @@ def test_a_broker_that_never_sends_the_connack_times_out() -> None:
 def test_each_connection_has_its_own_client_id(mosquitto: MosquittoServer) -> None:
     from quixsinks.sinks.mqtt.client import Connection
 
-    opts = MQTTOptions.from_options({**mosquitto.options(), "topic_root": "ids", "client_id": "same"})
+    opts = MQTTOptions.from_options(
+        {**mosquitto.options(), "topic_root": "ids", "client_id": "same"}
+    )
     first, second = Connection(opts), Connection(opts)
     try:
         first.connect()
         second.connect()
         assert first.client_id != second.client_id
-        assert first.client_id.startswith("same-") and len(first.client_id) == len("same-") + 8
-        assert first.usable and second.usable  # neither was kicked off by the other
+        assert first.client_id.startswith("same-")
+        assert len(first.client_id) == len("same-") + 8
+        assert first.usable  # neither was kicked off by the other
+        assert second.usable
     finally:
         first.close()
         second.close()
@@ -328,8 +349,13 @@ def test_retryable_errors_are_what_a_refused_connection_gives(mosquitto: Mosquit
     port = closed.getsockname()[1]
     closed.close()
     opts = MQTTOptions.from_options(
-        {"server": "127.0.0.1", "port": str(port), "tls_enabled": "false", "topic_root": "x",
-         "client_id": "x"}  # fmt: skip
+        {
+            "server": "127.0.0.1",
+            "port": str(port),
+            "tls_enabled": "false",
+            "topic_root": "x",
+            "client_id": "x",
+        }
     )
     with pytest.raises(RetryableError):
         Connection(opts).connect()
@@ -339,11 +365,21 @@ def test_retryable_errors_are_what_a_refused_connection_gives(mosquitto: Mosquit
 #: nulls and floats in the values
 PARITY_ROWS = [
     ("plain", {"id": 0, "text": "hello", "nested": {"a": [1]}, "x": 0.25, "flag": False}),
-    ("caf\u00e9/\u6771\u4eac", {"id": 1, "text": 'say "hi"\n', "nested": {"a": [1, 2]},
-                             "x": -1e-7, "flag": True}),  # fmt: skip
+    (
+        "caf\u00e9/\u6771\u4eac",
+        {"id": 1, "text": 'say "hi"\n', "nested": {"a": [1, 2]}, "x": -1e-7, "flag": True},
+    ),
     ("a b", {"id": 2, "text": None, "nested": None, "x": 1.5, "flag": None}),
-    ("deep/er/still", {"id": 3, "text": "\u00fcml\u00e4ut \U0001f600", "nested": {"a": []},
-                       "x": 12345678.5, "flag": True}),  # fmt: skip
+    (
+        "deep/er/still",
+        {
+            "id": 3,
+            "text": "\u00fcml\u00e4ut \U0001f600",
+            "nested": {"a": []},
+            "x": 12345678.5,
+            "flag": True,
+        },
+    ),
 ]
 
 
@@ -358,9 +394,14 @@ def test_quix_parity(spark: Any, mosquitto: MosquittoServer) -> None:
         with Recorder(mosquitto, root) as recorder:
             if side == "quix":
                 quix = QuixMQTTSink(
-                    client_id=f"quix-{root}", server="127.0.0.1", port=mosquitto.port,
-                    topic_root=root, tls_enabled=False, qos=1, retain=True,
-                )  # fmt: skip
+                    client_id=f"quix-{root}",
+                    server="127.0.0.1",
+                    port=mosquitto.port,
+                    topic_root=root,
+                    tls_enabled=False,
+                    qos=1,
+                    retain=True,
+                )
                 quix.setup()
                 for offset, (key, value) in enumerate(PARITY_ROWS):
                     quix.add("in", 0, offset, key.encode(), value, 0, [])
@@ -373,8 +414,12 @@ def test_quix_parity(spark: Any, mosquitto: MosquittoServer) -> None:
                 df = spark.createDataFrame(
                     [(k, json.dumps(v)) for k, v in PARITY_ROWS], "key string, value string"
                 )
-                write(df, {**mosquitto.options(), "topic_root": root, "client_id": "parity"},
-                      value_format="json", retain="true")  # fmt: skip
+                write(
+                    df,
+                    {**mosquitto.options(), "topic_root": root, "client_id": "parity"},
+                    value_format="json",
+                    retain="true",
+                )
             got = recorder.wait_for(len(PARITY_ROWS))
         received[side] = sorted(
             (m.topic[len(root) :], json.loads(m.payload), m.qos, m.retain) for m in got

@@ -83,12 +83,20 @@ class MosquittoServer(Service):
     def options(self, *, auth: bool = False, tls: bool = False) -> dict[str, str]:
         """Sink options reaching one listener (no topic_root, no client_id)."""
         if tls:
-            return {"server": self.host, "port": str(self.tls_port), "tls_enabled": "true",
-                    "tls_ca_cert": self.ca_cert}  # fmt: skip
+            return {
+                "server": self.host,
+                "port": str(self.tls_port),
+                "tls_enabled": "true",
+                "tls_ca_cert": self.ca_cert,
+            }
         options = {"server": self.host, "tls_enabled": "false"}
         if auth:
-            return {**options, "port": str(self.auth_port), "username": self.username,
-                    "password": self.password}  # fmt: skip
+            return {
+                **options,
+                "port": str(self.auth_port),
+                "username": self.username,
+                "password": self.password,
+            }
         return {**options, "port": str(self.port)}
 
     @property
@@ -101,8 +109,10 @@ class MosquittoServer(Service):
         passwd = self._tmp / "passwd"
         subprocess.run(
             [find("mosquitto_passwd"), "-b", "-c", str(passwd), self.username, self.password],
-            check=True, capture_output=True, timeout=30,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
         for _ in range(5):
             self.port, self.auth_port, self.tls_port = (free_port(self.host) for _ in range(3))
             self._write_config(passwd)
@@ -214,8 +224,8 @@ class Received:
 
 
 class Recorder:
-    """Subscribes ``<topic>/#`` (which matches ``<topic>`` too) at QoS 2 (MQTT 5, persistent session,
-    retain as published) and records every message; ``with`` or ``start()``/``stop()``."""
+    """Subscribes ``<topic>/#`` (which matches ``<topic>`` too) at QoS 2 (MQTT 5, persistent
+    session, retain as published) and records every message; ``with`` or ``start()``/``stop()``."""
 
     def __init__(self, server: MosquittoServer, topic: str) -> None:
         import paho.mqtt.client as paho
@@ -248,8 +258,9 @@ class Recorder:
         props = getattr(message.properties, "UserProperty", None) or []
         with self._lock:
             self.messages.append(
-                Received(message.topic, message.payload, message.qos, bool(message.retain),
-                         dict(props))  # fmt: skip
+                Received(
+                    message.topic, message.payload, message.qos, bool(message.retain), dict(props)
+                )
             )
 
     def start(self) -> Recorder:
@@ -258,8 +269,7 @@ class Recorder:
 
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = 3600  # the session outlives a broker restart
-        self.client.connect(self.server.host, self.server.port, clean_start=False,
-                            properties=props)  # fmt: skip
+        self.client.connect(self.server.host, self.server.port, clean_start=False, properties=props)
         self.client.loop_start()
         if not self._subscribed.wait(20):
             self.stop()
@@ -294,7 +304,9 @@ class Recorder:
             time.sleep(0.02)
         raise RuntimeError(f"the recorder got {last} message(s) in {timeout:g} s, expected {count}")
 
-    def wait_until(self, condition: Callable[[list[Received]], bool], timeout: float = 60.0) -> None:
+    def wait_until(
+        self, condition: Callable[[list[Received]], bool], timeout: float = 60.0
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition(self.snapshot()):
@@ -306,7 +318,9 @@ class Recorder:
 if __name__ == "__main__":
 
     def describe(server: MosquittoServer) -> None:
-        print(f"mosquitto: plain 127.0.0.1:{server.port}, auth {server.auth_port} "
-              f"({server.username} / {server.password}), tls {server.tls_port} (CA {server.ca_cert})")  # fmt: skip
+        print(
+            f"mosquitto: plain 127.0.0.1:{server.port}, auth {server.auth_port} "
+            f"({server.username} / {server.password}), tls {server.tls_port} (CA {server.ca_cert})"
+        )
 
     serve_until_interrupted(MosquittoServer(), describe)

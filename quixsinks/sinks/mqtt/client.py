@@ -22,6 +22,7 @@ RecordError; "not authorized" fails the task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import selectors
@@ -101,7 +102,8 @@ def translate(exc: BaseException, what: str, opts: MQTTOptions) -> QuixSinksErro
             location=where(opts),
         )
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return RetryableError(f"{what}: {timed_out(connect_timeout(opts.mqtt_flush_timeout_seconds), 'mqtt_flush_timeout_seconds')}")
+        limit = connect_timeout(opts.mqtt_flush_timeout_seconds)
+        return RetryableError(f"{what}: {timed_out(limit, 'mqtt_flush_timeout_seconds')}")
     if isinstance(exc, socket.gaierror):
         return DestinationError(
             f"{what}: cannot resolve {opts.server!r} ({text}); is 'server' right?",
@@ -234,11 +236,7 @@ class Connection:
     def usable(self) -> bool:
         """Connected, not lost, and used recently enough that the broker kept it."""
         idle = self.clock() - self.last_used
-        return (
-            not self.closed
-            and self._lost is None
-            and idle < self.opts.keepalive_seconds
-        )
+        return not self.closed and self._lost is None and idle < self.opts.keepalive_seconds
 
     def close(self) -> None:
         """Send DISCONNECT (best effort) and close the socket."""
@@ -255,10 +253,8 @@ class Connection:
         except (OSError, ValueError) as exc:  # closing is best effort
             logger.debug("closing an MQTT connection: %s", exc)
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     # -- publishing ---------------------------------------------------------------------------
 

@@ -57,8 +57,7 @@ class MQTTOptions(CommonOptions):
     tls_enabled: bool = option(True, doc="Connect with TLS (Quix's default)")
     tls_ca_cert: str | None = option(
         None,
-        doc="CA bundle file (PEM) that signed the broker's certificate (default: the "
-        "system's CAs)",
+        doc="CA bundle file (PEM) that signed the broker's certificate (default: the system's CAs)",
     )
     tls_verify: bool = option(
         True,
@@ -109,9 +108,7 @@ class MQTTOptions(CommonOptions):
         doc="Messages a task publishes before it waits for their acknowledgements (one "
         "window; at most 65535)",
     )
-    keepalive_seconds: int = option(
-        60, minimum=5, doc="MQTT keep-alive interval of the connection"
-    )
+    keepalive_seconds: int = option(60, minimum=5, doc="MQTT keep-alive interval of the connection")
 
     def validate(self) -> None:
         super().validate()
@@ -154,7 +151,7 @@ class MQTTOptions(CommonOptions):
                 f"mqtt: 'qos' is {self.qos}; MQTT has 0, 1 and 2",
                 option="qos",
                 value=self.qos,
-                allowed=(0, 1, 2),
+                allowed=("0", "1", "2"),
             )
         if self.max_inflight > 65535:
             raise OptionError(

@@ -26,7 +26,7 @@ at-most-once: nothing acknowledges it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 
@@ -128,7 +128,9 @@ class MQTTSink(Sink[MQTTOptions, None]):
             if path is not None:
                 load_callable(path, option_name=option_name)
         self.kafka_coordinates = (
-            records.topic is not None and records.partition is not None and records.offset is not None
+            records.topic is not None
+            and records.partition is not None
+            and records.offset is not None
         )
 
     def preflight(self) -> None:

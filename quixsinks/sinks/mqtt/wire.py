@@ -124,7 +124,9 @@ def build_messages(
     head = concat_rows(
         [fixed, varints(remaining), uint16_be(topic_length), topic_bytes], rows, pa.binary()
     )
-    tail = payloads if properties is None else concat_rows([properties, payloads], rows, pa.binary())
+    tail = (
+        payloads if properties is None else concat_rows([properties, payloads], rows, pa.binary())
+    )
     return Messages(topics, head, tail, opts.qos)
 
 
@@ -231,7 +233,9 @@ def _user_properties(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array
                 if value is not None:
                     n = _text(name, names[0], batch, row0 + offset).encode()
                     v = _text(value, names[0], batch, row0 + offset).encode()
-                    parts.append(b"\x26" + len(n).to_bytes(2, "big") + n + len(v).to_bytes(2, "big") + v)
+                    parts.append(
+                        b"\x26" + len(n).to_bytes(2, "big") + n + len(v).to_bytes(2, "big") + v
+                    )
             encoded.append(b"".join(parts))
         return pa.array(encoded, pa.binary())
     pieces: list[pa.Array] = []
