@@ -67,7 +67,10 @@ class MosquittoServer(Service):
     host = "127.0.0.1"
     username = "quixsinks"
 
-    def __init__(self, start_timeout: float = 20.0) -> None:
+    def __init__(self, start_timeout: float = 20.0, max_inflight: int = 1000) -> None:
+        #: Mosquitto's max_inflight_messages: also the receive maximum it announces to
+        #: MQTT 5 clients (its default is 20)
+        self.max_inflight = max_inflight
         self.binary = find("mosquitto")
         self.start_timeout = start_timeout
         self.password = secrets.token_urlsafe(18)
@@ -136,7 +139,7 @@ log_type error
 log_type warning
 log_type notice
 max_queued_messages 0
-max_inflight_messages 0
+max_inflight_messages {self.max_inflight}
 
 listener {self.port} {self.host}
 allow_anonymous true

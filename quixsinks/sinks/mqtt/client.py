@@ -187,11 +187,17 @@ class Connection:
         self.last_used = clock()
         self.closed = False
         self.connected = False  # a CONNACK accepted the connection
+        self.receive_maximum = 65535  # MQTT 5 brokers may announce less in their CONNACK
 
     # -- callbacks (run inside client.loop(), in this thread) -------------------------------
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         self._connack = (int(reason.value), reason.getName())
+        # MQTT 5: the broker takes at most this many unacknowledged QoS 1/2 messages
+        # (Mosquitto's default: 20); more and it disconnects with "receive maximum exceeded"
+        receive_maximum = getattr(props, "ReceiveMaximum", None) if props is not None else None
+        if receive_maximum:
+            self.receive_maximum = int(receive_maximum)
 
     def _on_disconnect(
         self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any

@@ -106,7 +106,7 @@ class MQTTOptions(CommonOptions):
         1000,
         minimum=1,
         doc="Messages a task publishes before it waits for their acknowledgements (one "
-        "window; at most 65535)",
+        "window; at most 65535, and with MQTT 5 at most the broker's receive maximum)",
     )
     keepalive_seconds: int = option(60, minimum=5, doc="MQTT keep-alive interval of the connection")
 

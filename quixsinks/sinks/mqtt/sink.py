@@ -210,12 +210,16 @@ class MQTTSink(Sink[MQTTOptions, None]):
                     raise RetryableError(f"{what}: {result.reason}")
             return result.unacknowledged
 
+        window = self.options.max_inflight
+        if self.options.qos:
+            # a window never passes the broker's receive maximum (MQTT 5)
+            window = min(window, task.retry(lambda: self._connection().receive_maximum, what=what))
         deliver(
             list(range(len(messages))),
             send,
             task.policy,
             what=what,
-            chunk_size=self.options.max_inflight,
+            chunk_size=window,
             stats=task.stats,
         )
         task.state["clean"] = True
