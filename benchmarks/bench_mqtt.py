@@ -10,8 +10,9 @@ publishes every row at QoS 1 and waits for every PUBACK:
 * ``mqtt``: the ``mqtt`` sink, defaults (MQTT 3.1.1, windows of ``max_inflight=1000``);
 * ``mqtt-v5``: the same with MQTT 5 (each message carries its ``qs_dedupe_id`` property);
 * ``quix-mqtt``: Quix Streams' ``MQTTSink`` on the same broker, fed the same rows as Python
-  dicts through ``add()`` and one ``flush()`` in this process (paho's network thread, paho's
-  20 messages in flight; its flush polls once a second);
+  dicts through ``add()`` and a ``flush()`` per 60,000 rows and at the end, in this process
+  (paho's network thread, paho's 20 messages in flight; its flush polls once a second; more
+  than 65,535 unacknowledged messages between two flushes make paho refuse the next one);
 * ``server-limit``: ``mosquitto_pub -l -q 1 -M 1000`` fed prebuilt JSON lines on stdin,
   one process per Spark partition at once, no serialisation in the timing: the broker's
   own limit with its own C client.
@@ -71,6 +72,10 @@ VALUES = ("id", "value", "flag", "name")
 QUIX_SPEC = "quixstreams[mqtt]==3.28.1"
 QUIX_MODULE = "quixstreams.sinks.community.mqtt"
 INFLIGHT = 1000
+#: Quix's Application flushes its sinks at each checkpoint; paho's packet ids wrap at 65,535,
+#: and a message whose id is still queued is refused ("Message queue full"), so Quix's sink
+#: fails past 65,535 unacknowledged messages between two flushes: flush at least this often
+QUIX_FLUSH_EVERY = 60_000
 
 CASE_NAMES = ("mqtt", "mqtt-v5", "quix-mqtt", "server-limit")
 
@@ -135,6 +140,8 @@ class QuixFeed:
         add, rows, keys = sink.add, self.rows, self.keys
         for offset, value in enumerate(rows):
             add("bench", 0, offset, keys[offset], value, 0, [])
+            if offset % QUIX_FLUSH_EVERY == QUIX_FLUSH_EVERY - 1:
+                sink.flush()  # a checkpoint: paho refuses a 65,536th unacknowledged message
         sink.flush()
         sink._cleanup()
 

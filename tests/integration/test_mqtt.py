@@ -426,3 +426,25 @@ def test_quix_parity(spark: Any, mosquitto: MosquittoServer) -> None:
         )
     assert received["ours"] == received["quix"]
     assert [r[0] for r in received["ours"]] == sorted(f"/{k}" for k, _ in PARITY_ROWS)
+
+
+def test_mqtt5_windows_stay_within_the_brokers_receive_maximum() -> None:
+    """Mosquitto's default announces a receive maximum of 20 to MQTT 5 clients and
+    disconnects one that has more unacknowledged; windows of 1000 are cut to it."""
+    with MosquittoServer(max_inflight=20) as broker:
+        opts = MQTTOptions.from_options(
+            {
+                **broker.options(),
+                "topic_root": "rm",
+                "client_id": "rm",
+                "version": "5",
+                "retry_max_attempts": "1",
+            }
+        )
+        with Recorder(broker, "rm") as recorder:
+            sink = MQTTSink(opts)
+            table = pa.table({"key": [f"k{i % 3}" for i in range(300)], "id": list(range(300))})
+            sink.prepare(table.schema)
+            sink.write(SinkBatch(table, sink.records, WriteContext("s", 0)))
+            got = recorder.wait_for(300)
+    assert by_id(got) == Counter(range(300))
