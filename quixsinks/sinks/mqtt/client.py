@@ -52,14 +52,6 @@ __all__ = ["Connection", "WindowResult", "import_client", "translate"]
 
 logger = logging.getLogger("quixsinks.sinks.mqtt")
 
-#: CONNACK return codes of MQTT 3.1 / 3.1.1
-_V3_REFUSED = {
-    1: "unacceptable protocol version",
-    2: "identifier rejected",
-    3: "server unavailable",
-    4: "bad user name or password",
-    5: "not authorized",
-}
 #: MQTT 5 reason codes (CONNACK, PUBACK, PUBREC, PUBCOMP) the sink acts on
 _DENIED = frozenset({0x86, 0x87, 0x8A, 0x8C})  # bad credentials, not authorized, banned, auth
 _RETRYABLE = frozenset({0x88, 0x89, 0x97, 0x9F, 0x8B, 0x80, 0x83})  # unavailable, busy, quota..
@@ -114,19 +106,17 @@ def translate(exc: BaseException, what: str, opts: MQTTOptions) -> QuixSinksErro
     return DestinationError(f"{what}: {type(exc).__name__}: {text}", location=where(opts))
 
 
-def refusal(code: int, name: str, what: str, opts: MQTTOptions, v5: bool) -> QuixSinksError:
-    """The error for a CONNACK that refused the connection."""
-    if v5:
-        denied, retryable = code in _DENIED, code in _RETRYABLE
-    else:
-        denied, retryable = code in (4, 5), code == 3
+def refusal(code: int, name: str, what: str, opts: MQTTOptions) -> QuixSinksError:
+    """The error for a CONNACK that refused the connection. paho reports MQTT 5 reason
+    codes for every version (3.1.1's "not authorized", 5, arrives as 135); the 3.1.1 return
+    codes are recognised too."""
     message = f"{what}: the broker refused the connection ({code}: {name})"
-    if denied:
+    if code in _DENIED or code in (4, 5):
         return DestinationAccessDeniedError(
             f"{message}; check 'username' and 'password', and the broker's ACL",
             location=where(opts),
         )
-    if retryable:
+    if code in _RETRYABLE or code == 3:
         return RetryableError(message)
     if code in (2, 0x85):
         return DestinationError(
@@ -234,7 +224,7 @@ class Connection:
         code, name = self._connack
         if code != 0:
             self.close()
-            raise refusal(code, name, what, opts, self.v5)
+            raise refusal(code, name, what, opts)
         self.connected = True
         self.last_used = self.clock()
 
