@@ -62,6 +62,12 @@ _READ_BYTES = 1 << 18
 
 
 def import_client() -> Any:
+    """paho-mqtt's client module; MissingDependencyError naming the extra if it (or numpy,
+    which builds the packets) is missing."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependencyError("numpy", "mqtt") from exc
     try:
         import paho.mqtt.client as paho
     except ImportError as exc:
