@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -9,7 +10,14 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import CommonOptions
 
-__all__ = ["MAX_TOPIC_BYTES", "MQTTOptions", "MQTTVersion", "topic_problem"]
+__all__ = [
+    "MAX_TOPIC_BYTES",
+    "NOT_IN_STRINGS_RE2",
+    "MQTTOptions",
+    "MQTTVersion",
+    "string_problem",
+    "topic_problem",
+]
 
 MQTTVersion = Literal["3.1", "3.1.1", "5"]
 
@@ -23,13 +31,34 @@ MQTT31_MAX_CLIENT_ID = 23
 CLIENT_ID_SUFFIX_CHARS = 9
 
 
+#: what an MQTT UTF-8 string must not hold (NUL) and what brokers refuse as malformed
+#: (Mosquitto: the control characters and Unicode noncharacters the spec says SHOULD NOT
+#: appear); as a Python and an RE2 character class
+_NOT_IN_STRINGS = re.compile("[\x00-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff]")
+NOT_IN_STRINGS_RE2 = r"[\x00-\x1f\x7f-\x9f\x{fdd0}-\x{fdef}\x{fffe}\x{ffff}]"
+
+
+def string_problem(text: str) -> str | None:
+    """Why ``text`` cannot be an MQTT string a broker accepts, or None."""
+    found = _NOT_IN_STRINGS.search(text)
+    if found is None:
+        return None
+    char = found.group()
+    what = "NUL" if char == "\x00" else f"the control character or noncharacter {char!r}"
+    return f"it contains {what}, which MQTT brokers refuse as a malformed packet"
+
+
 def topic_problem(topic: str) -> str | None:
-    """Why ``topic`` cannot be published to (wildcards, NUL, empty, too long), or None."""
+    """Why ``topic`` cannot be published to (wildcards, NUL and control characters, empty,
+    too long), or None."""
     if not topic:
         return "it is empty"
-    for bad, name in (("+", "the wildcard '+'"), ("#", "the wildcard '#'"), ("\x00", "NUL")):
+    for bad, name in (("+", "the wildcard '+'"), ("#", "the wildcard '#'")):
         if bad in topic:
             return f"it contains {name}, which no MQTT topic name may hold"
+    problem = string_problem(topic)
+    if problem:
+        return problem
     size = len(topic.encode("utf-8", "surrogatepass"))
     if size > MAX_TOPIC_BYTES:
         return f"it is {size} bytes long; a topic name holds at most {MAX_TOPIC_BYTES}"

@@ -24,7 +24,14 @@ from quixsinks.core.errors import RecordError
 from quixsinks.core.formats import csv_keys, decode_utf8_strict, json_objects
 from quixsinks.core.options import load_callable
 
-from .options import MAX_PACKET_BYTES, MAX_TOPIC_BYTES, MQTTOptions, topic_problem
+from .options import (
+    MAX_PACKET_BYTES,
+    MAX_TOPIC_BYTES,
+    NOT_IN_STRINGS_RE2,
+    MQTTOptions,
+    string_problem,
+    topic_problem,
+)
 
 __all__ = ["Messages", "build_messages"]
 
@@ -169,7 +176,10 @@ def _topics(opts: MQTTOptions, batch: SinkBatch, key_column: str | None, row0: i
         )
     topics = pc.binary_join_element_wise(opts.topic_root, keys, "/")
     bad = pc.or_(
-        pc.match_substring_regex(topics, r"[+#\x00]"),
+        pc.or_(
+            pc.match_substring_regex(topics, r"[+#]"),
+            pc.match_substring_regex(topics, NOT_IN_STRINGS_RE2),
+        ),
         pc.greater(pc.binary_length(pc.cast(topics, pa.binary())), MAX_TOPIC_BYTES),
     )
     row = first_true(bad)
@@ -241,13 +251,39 @@ def _user_properties(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array
     pieces: list[pa.Array] = []
     for name in names:
         texts = csv_keys(batch.column(name))
+        _check_strings(texts, name, batch, row0)
         values = pc.cast(pc.fill_null(texts, ""), pa.binary())
         entry = _property_entry(name.encode(), values, rows)
         pieces.append(pc.if_else(pc.is_valid(texts), entry, pa.scalar(b"", pa.binary())))
     return concat_rows(pieces, rows, pa.binary()) if len(pieces) > 1 else pieces[0]
 
 
+def _check_strings(texts: pa.Array, column: str, batch: SinkBatch, row0: int) -> None:
+    """RecordError naming the first row whose user property value a broker would refuse."""
+    row = first_true(pc.fill_null(pc.match_substring_regex(texts, NOT_IN_STRINGS_RE2), False))
+    if row is not None:
+        raise RecordError(
+            f"mqtt: {_where(batch, row0 + row)}: the user property {column!r} cannot be sent: "
+            f"{string_problem(texts[row].as_py())}",
+            column=column,
+            row=row0 + row,
+        )
+
+
 def _text(value: Any, column: str, batch: SinkBatch, row: int) -> str:
+    text = _as_text(value, column, batch, row)
+    problem = string_problem(text)
+    if problem:
+        raise RecordError(
+            f"mqtt: {_where(batch, row)}: a user property of column {column!r} cannot be "
+            f"sent: {problem}",
+            column=column,
+            row=row,
+        )
+    return text
+
+
+def _as_text(value: Any, column: str, batch: SinkBatch, row: int) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bytes):
