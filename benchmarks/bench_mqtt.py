@@ -182,7 +182,7 @@ def limit_case(broker: Any, arrow: Any, partitions: int) -> Case:
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
             )
             for i in range(partitions)
         ]
@@ -190,8 +190,9 @@ def limit_case(broker: Any, arrow: Any, partitions: int) -> Case:
             assert process.stdin is not None
             threading.Thread(target=_feed, args=(process.stdin, share), daemon=True).start()
         for process in processes:
-            if process.wait(timeout=600):
-                raise RuntimeError(f"mosquitto_pub failed with exit code {process.returncode}")
+            _, err = process.communicate(timeout=600)
+            if process.returncode:
+                raise RuntimeError(f"mosquitto_pub failed: {err.decode(errors='replace')}")
 
     return Case(
         "server-limit",
@@ -233,8 +234,8 @@ Targets (issue), on the best times' rows/s:
 {targets}
 
 Every row is one QoS 1 message to `<root>/k0`..`<root>/k999`, payload the JSON object of
-`id`, `value`, `flag`, `name`. Mosquitto {mosquitto} (Debian, one process; nobody subscribes
-during the timed runs, so nothing is queued) is the broker of every case. `server-limit` is
+`id`, `value`, `flag`, `name`. Mosquitto {mosquitto} (Debian, one process, persistence off
+for this run's topics: nobody subscribes) is the broker of every case. `server-limit` is
 its ceiling here with its own C client (`mosquitto_pub`, {inflight} in flight, one process
 per partition). Quix Streams {quix_version} `MQTTSink` publishes one message per `add()`
 through paho-mqtt and polls for the acknowledgements once a second in `flush()`.

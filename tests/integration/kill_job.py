@@ -21,8 +21,6 @@ per event; at-least-once).
 QUIXSINKS_KILL_KINESIS holds its options as JSON. The `iceberg` query runs when
 QUIXSINKS_KILL_ICEBERG holds its options as JSON.
 The `bigquery` query runs when QUIXSINKS_KILL_BIGQUERY holds its options as JSON.
-The `mqtt` query runs when QUIXSINKS_KILL_MQTT holds its options as JSON (one message per
-event; at-least-once, MQTT 5 dedupe ids).
 """
 
 from __future__ import annotations
@@ -86,8 +84,6 @@ def main() -> None:
         sinks["iceberg"] = ("iceberg", json.loads(os.environ["QUIXSINKS_KILL_ICEBERG"]))
     if os.environ.get("QUIXSINKS_KILL_BIGQUERY"):
         sinks["bigquery"] = ("bigquery", json.loads(os.environ["QUIXSINKS_KILL_BIGQUERY"]))
-    if os.environ.get("QUIXSINKS_KILL_MQTT"):
-        sinks["mqtt"] = ("mqtt", json.loads(os.environ["QUIXSINKS_KILL_MQTT"]))
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
         sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")
