@@ -86,6 +86,7 @@ bench: install services
 	$(PY) benchmarks/bench_object_storage.py
 	$(PY) benchmarks/bench_tsdatalake.py
 	$(PY) benchmarks/bench_kinesis.py
+	$(PY) benchmarks/bench_mqtt.py
 	$(PY) benchmarks/bench_dedupe_memory.py
 	$(PY) benchmarks/plot.py
 

@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.services.fixtures_bigquery",
     "tests.services.fixtures_kinesis",
     "tests.services.fixtures_pubsub",
+    "tests.services.fixtures_mqtt",
     "tests.services.fixtures_iceberg",
 ]
 

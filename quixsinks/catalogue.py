@@ -32,6 +32,7 @@ SINKS: dict[str, str] = {
     "influxdb1": "InfluxDB1DataSource",
     "influxdb3": "InfluxDB3DataSource",
     "kinesis": "KinesisDataSource",
+    "mqtt": "MQTTDataSource",
     "postgresql": "PostgreSQLDataSource",
     "pubsub": "PubSubDataSource",
     "redis": "RedisDataSource",

@@ -8,7 +8,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["as_binary", "concat_rows", "first_null", "first_true", "join_lines"]
+__all__ = [
+    "as_binary",
+    "concat_rows",
+    "first_null",
+    "first_true",
+    "join_lines",
+    "uint16_be",
+    "varints",
+]
 
 #: a literal (the same bytes or text in every row) or an array of one value per row
 RowPiece = Any
@@ -148,3 +156,41 @@ def _concat_by_take(merged: list[RowPiece], rows: int, out_type: pa.DataType) ->
 
 def _literals(pieces: list[RowPiece]) -> list[bytes]:
     return [p.encode() if isinstance(p, str) else p for p in pieces if not isinstance(p, pa.Array)]
+
+
+def varints(lengths: pa.Array) -> pa.Array:
+    """Each non-negative integer as a base-128 varint (binary), vectorised: low 7 bits
+    first, the high bit set on every byte but the last. The encoding of protobuf's
+    varints and of MQTT's variable byte integers alike. Needs numpy."""
+    import numpy as np  # the extras of the sinks that call this bring it
+
+    x = np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.uint64)
+    n = np.ones(len(x), np.int32)
+    for k in range(1, 5):
+        n += (x >= np.uint64(1 << (7 * k))).astype(np.int32)
+    offsets = np.zeros(len(x) + 1, np.int32)
+    np.cumsum(n, out=offsets[1:])
+    out = np.zeros(int(offsets[-1]), np.uint8)
+    starts = offsets[:-1]
+    for k in range(5):
+        mask = n > k
+        if not mask.any():
+            break
+        byte = (x[mask] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = (n[mask] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[starts[mask] + k] = (byte | more).astype(np.uint8)
+    return pa.Array.from_buffers(
+        pa.binary(), len(x), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
+    )
+
+
+def uint16_be(values: pa.Array) -> pa.Array:
+    """Each integer in 0..65535 as two bytes, big-endian (binary), vectorised. Needs numpy."""
+    import numpy as np
+
+    x = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.uint16)
+    out = x.astype(">u2").tobytes()
+    offsets = np.arange(0, 2 * len(x) + 1, 2, dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.binary(), len(x), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
+    )

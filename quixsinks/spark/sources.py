@@ -19,6 +19,7 @@ from quixsinks.sinks.iceberg import IcebergSink
 from quixsinks.sinks.influxdb1 import InfluxDB1Sink
 from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 from quixsinks.sinks.kinesis import KinesisSink
+from quixsinks.sinks.mqtt import MQTTSink
 from quixsinks.sinks.postgresql import PostgreSQLSink
 from quixsinks.sinks.pubsub import PubSubSink
 from quixsinks.sinks.redis import RedisSink
@@ -34,6 +35,7 @@ __all__ = [
     "InfluxDB1DataSource",
     "InfluxDB3DataSource",
     "KinesisDataSource",
+    "MQTTDataSource",
     "PostgreSQLDataSource",
     "PubSubDataSource",
     "RedisDataSource",
@@ -117,6 +119,17 @@ class KinesisDataSource(QuixDataSource):
     """
 
     sink_class = KinesisSink
+
+
+class MQTTDataSource(QuixDataSource):
+    """``format("mqtt")``: one MQTT message per row to ``<topic_root>/<key>``; QoS 1/2
+    at-least-once (MQTT 5: a deterministic ``qs_dedupe_id`` user property), QoS 0
+    at-most-once.
+
+    Save mode append; streaming output mode append. See docs/sinks/mqtt.md.
+    """
+
+    sink_class = MQTTSink
 
 
 class PubSubDataSource(QuixDataSource):

@@ -235,6 +235,60 @@ def test_kinesis_partition_keys(spark: Any, kinesis_sink: dict[str, Any]) -> Non
     )
 
 
+# ---------------------------------------------------------------- MQTT
+
+
+def test_mqtt_topics_payloads_and_user_properties(spark: Any, mqtt_sink: dict[str, Any]) -> None:
+    # topic levels: all but the wildcards, NUL and control characters ('/' adds levels)
+    keys = [
+        "semi;colon -- DROP TABLE x;",
+        "\u00fcmlaut \u540d\u524d \U0001f642",
+        "\u0430dmin \u202eevil",
+        "..",
+        "a/b/../c",
+        "'\";--",
+        " ",
+        "$SYS",
+    ]
+    # payloads: every nasty value (JSON escapes them); user properties: those without
+    # control characters (brokers refuse those as malformed, so the sink does first)
+    printable = [v for v in NASTY_VALUES if not any(c in v for c in "\n\r\t")]
+    rows = [
+        (k, i, NASTY_VALUES[i % len(NASTY_VALUES)], printable[i % len(printable)])
+        for i, k in enumerate(keys)
+    ]
+    columns = {"key": "string", "id": "long", "note": "string", "tag": "string"}
+    df = spark_frame(spark, columns, rows)
+    options = {**mqtt_sink["options"], "version": "5", "properties": "tag"}
+    save(df, "mqtt", {**options, "value_columns": "id,note"})
+    got = mqtt_sink["recorder"].wait_for(len(rows))
+    root = mqtt_sink["root"]
+    found = sorted(
+        (m.topic, json.loads(m.payload)["id"], json.loads(m.payload)["note"], m.properties["tag"])
+        for m in got
+    )
+    assert found == sorted((f"{root}/{k}", i, n, t) for k, i, n, t in rows)
+    bad_tag = spark_frame(
+        spark,
+        {"key": "string", "id": "long", "tag": "string"},
+        [("ok", 1, "fine"), ("ok", 2, "new\nline")],
+    )
+    with pytest.raises(Exception, match=r"row 1 .*user property 'tag'"):
+        save(bad_tag, "mqtt", options)
+
+    # refused: wildcards, NUL and over-long topics, named by their row; nothing is published
+    for key in ("a+b", "#", "nul\x00", "new\nline", "del\x7f", "x" * 65536):
+        bad = spark_frame(spark, {"key": "string", "id": "long"}, [("ok", 1), (key, 2)])
+        with pytest.raises(Exception, match=r"row 1 .*cannot be published to"):
+            save(bad, "mqtt", mqtt_sink["options"])
+    assert len(mqtt_sink["recorder"].snapshot()) == len(rows)
+    fails_before_any_task(
+        spark,
+        lambda: save(bad, "mqtt", {**mqtt_sink["options"], "topic_root": "a/#"}),
+        "not a topic name",
+    )
+
+
 # ---------------------------------------------------------------- Pub/Sub
 
 

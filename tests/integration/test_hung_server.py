@@ -331,6 +331,25 @@ def test_kinesis_that_never_answers_fails(spark: Any, hole: BlackHole) -> None:
     assert_timed_out(text, "kinesis stream 'hung-stream'", "request_timeout_seconds")
 
 
+def test_mqtt_broker_that_never_answers_fails(spark: Any, hole: BlackHole) -> None:
+    """The CONNACK never comes: the wait ends after mqtt_flush_timeout_seconds."""
+    options = {
+        "client_id": "hung",
+        "server": "127.0.0.1",
+        "port": str(hole.port),
+        "topic_root": "hung",
+        "username": "u",
+        "password": SECRET,
+        "tls_enabled": "false",
+        "mqtt_flush_timeout_seconds": TIMEOUT,
+        **ONE_ATTEMPT,
+    }
+    text = failed_write(spark, "mqtt", options)
+    assert_timed_out(
+        text, f"mqtt broker mqtt://127.0.0.1:{hole.port}", "mqtt_flush_timeout_seconds"
+    )
+
+
 def test_pubsub_that_never_answers_fails_the_topic_check(spark: Any, hole: BlackHole) -> None:
     """The emulator endpoint is plain gRPC: the channel connects and waits for the server's
     HTTP/2 settings until ``publish_timeout``, the call's deadline. (Pub/Sub proper is TLS

@@ -146,6 +146,15 @@ def base_options(name: str, port: int, mark: Markers, tmp: Path) -> dict[str, st
             "emulator_host": f"127.0.0.1:{port}",
             "publish_timeout": "2",
         },
+        "mqtt": {
+            "client_id": "c",
+            "server": "127.0.0.1",
+            "port": str(port),
+            "topic_root": "t",
+            "username": "u",
+            "tls_enabled": "false",
+            "mqtt_flush_timeout_seconds": "2",
+        },
         "redis": {"host": "127.0.0.1", "port": str(port), "socket_timeout": "2"},
         "tsdatalake": {
             "path": str(tmp / "lake"),

@@ -5,6 +5,7 @@
 #   influxdb                InfluxDB 1.x server (/usr/bin/influxd), stand-in for InfluxDB 3
 #   influxdb-client         its `influx` CLI: `influx -import`, the influxdb1 benchmark's ceiling
 #   redis-server redis-tools Redis 7 server and redis-cli / redis-benchmark (the redis sink)
+#   mosquitto mosquitto-clients MQTT broker, mosquitto_passwd and mosquitto_pub (the mqtt sink)
 # Idempotent: does nothing (and needs no network) when all are present.
 # The tests never use Debian's own `main` PostgreSQL cluster nor its `influxdb` service; they
 # start throwaway ones (tests/services/postgres.py, tests/services/influxdb.py). If apt starts
@@ -28,9 +29,11 @@ have_influxd || missing+=(influxdb)
 have_pkg influxdb-client || missing+=(influxdb-client) # `influx -import`: the influxdb1 bench's ceiling
 have_pkg redis-server || missing+=(redis-server)
 have_pkg redis-tools || missing+=(redis-tools)
+have_pkg mosquitto || missing+=(mosquitto)
+have_pkg mosquitto-clients || missing+=(mosquitto-clients)
 
 if ((${#missing[@]} == 0)); then
-  echo "tests/services/install.sh: postgresql, libpostgresql-jdbc-java, influxdb (and its client) and redis already installed"
+  echo "tests/services/install.sh: postgresql, libpostgresql-jdbc-java, influxdb (and its client), redis and mosquitto already installed"
   exit 0
 fi
 
@@ -56,6 +59,7 @@ have_pg_ctl || die "postgresql installed but no /usr/lib/postgresql/*/bin/pg_ctl
 have_pkg libpostgresql-jdbc-java || die "libpostgresql-jdbc-java did not install"
 have_influxd || die "influxdb installed but no influxd found"
 command -v redis-server >/dev/null 2>&1 || die "redis-server installed but not on PATH"
+[[ -x /usr/sbin/mosquitto ]] || die "mosquitto installed but no /usr/sbin/mosquitto found"
 
 # Debian's influxdb postinst may start its own service (0.0.0.0:8086, /var/lib/influxdb) when
 # no policy-rc.d forbids it. The tests do not need it (their servers use free ports); leave it.

@@ -175,6 +175,14 @@ def minimal_options(name: str, tmp_path: Path) -> dict[str, str]:
         "pubsub": {"project_id": "p", "topic_id": "events", "service_account_json": "secret"},
         "iceberg": {"warehouse": str(tmp_path / "warehouse"), "table_name": "db.t"},
         "bigquery": {"project_id": "p", "dataset_id": "d", "table_name": "t"},
+        "mqtt": {
+            "client_id": "c",
+            "server": "127.0.0.1",
+            "port": "1883",
+            "topic_root": "t",
+            "username": "u",
+            "password": "secret",
+        },
     }[name]
 
 

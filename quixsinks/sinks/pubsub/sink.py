@@ -44,7 +44,7 @@ from typing import Any, ClassVar, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true
+from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true, varints
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.delivery import DedupeIds, deliver, kafka_coordinates
 from quixsinks.core.errors import (
@@ -126,28 +126,7 @@ Frame: TypeAlias = tuple[int, bytes]
 Piece: TypeAlias = pa.Array | bytes
 
 
-def _varints(lengths: pa.Array) -> pa.Array:
-    """Each length as a protobuf varint (binary), vectorised."""
-    import numpy as np  # the pubsub extra's; not needed to import the sink
-
-    x = np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.uint64)
-    n = np.ones(len(x), np.int32)
-    for k in range(1, 5):
-        n += (x >= np.uint64(1 << (7 * k))).astype(np.int32)
-    offsets = np.zeros(len(x) + 1, np.int32)
-    np.cumsum(n, out=offsets[1:])
-    out = np.zeros(int(offsets[-1]), np.uint8)
-    starts = offsets[:-1]
-    for k in range(5):
-        mask = n > k
-        if not mask.any():
-            break
-        byte = (x[mask] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        more = (n[mask] > k + 1).astype(np.uint64) << np.uint64(7)
-        out[starts[mask] + k] = (byte | more).astype(np.uint8)
-    return pa.Array.from_buffers(
-        pa.binary(), len(x), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
-    )
+_varints = varints  # protobuf's varint: quixsinks.core.arrow.varints
 
 
 def _field_pieces(tag: bytes, values: pa.Array) -> list[Piece]:

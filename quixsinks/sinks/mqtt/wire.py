@@ -1,0 +1,299 @@
+"""A SinkBatch as MQTT messages: topics, payloads, retain flags, user properties, dedupe ids.
+
+Everything that can be is built in Arrow for the whole batch: the topic
+``<topic_root>/<key>`` (the key as text, binary keys strictly UTF-8 as Quix's
+``bytes.decode``), the payload (the JSON object of the value columns, as the other sinks
+build it; or a ``value_serializer``'s str/bytes), and the checks that name the first
+offending row before anything of the batch is published: a topic with a wildcard (``+``,
+``#``), NUL or over 65535 bytes, a null key, a payload over the protocol's packet limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quixsinks.core.arrow import concat_rows, first_null, first_true, uint16_be, varints
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.delivery import DedupeIds, kafka_coordinates
+from quixsinks.core.errors import RecordError
+from quixsinks.core.formats import csv_keys, decode_utf8_strict, json_objects
+from quixsinks.core.options import load_callable
+
+from .options import (
+    MAX_PACKET_BYTES,
+    MAX_TOPIC_BYTES,
+    NOT_IN_STRINGS_RE2,
+    MQTTOptions,
+    string_problem,
+    topic_problem,
+)
+
+__all__ = ["Messages", "build_messages"]
+
+#: fixed header (5), topic length (2), packet id (2) and a margin for properties
+_PACKET_OVERHEAD = 64
+
+
+@dataclass
+class Messages:
+    """One batch's messages as MQTT PUBLISH packets, split around the packet id.
+
+    A QoS 1/2 packet is ``head[i] + <packet id> + tail[i]``; a QoS 0 packet has no packet
+    id. The packet ids are given per window (:meth:`window`), when the packets are sent.
+
+    Attributes:
+        topics: each message's topic (for error messages).
+        head: fixed header, remaining length, topic length and topic.
+        tail: the MQTT 5 properties (length first) and the payload.
+        qos: the QoS of every message.
+    """
+
+    topics: pa.Array
+    head: pa.Array
+    tail: pa.Array
+    qos: int
+
+    def __len__(self) -> int:
+        return len(self.topics)
+
+    def window(self, indices: Sequence[int]) -> memoryview:
+        """The packets of messages ``indices``, packet ids 1, 2... in that order."""
+        take = pa.array(indices, pa.int64())
+        head, tail = self.head.take(take), self.tail.take(take)
+        if self.qos:
+            ids = uint16_be(pa.array(range(1, len(indices) + 1), pa.int32()))
+            packets = concat_rows([head, ids, tail], len(indices), pa.binary())
+        else:
+            packets = concat_rows([head, tail], len(indices), pa.binary())
+        if not len(indices):
+            return memoryview(b"")
+        import numpy as np
+
+        offsets = np.frombuffer(packets.buffers()[1], dtype=np.int32)
+        start, end = offsets[packets.offset], offsets[packets.offset + len(packets)]
+        return memoryview(packets.buffers()[2])[int(start) : int(end)]
+
+
+def _where(batch: SinkBatch, row: int) -> str:
+    return f"row {row} of batch {batch.batch_id} partition {batch.partition_id}"
+
+
+def build_messages(
+    opts: MQTTOptions,
+    batch: SinkBatch,
+    key_column: str | None,
+    dedupe: DedupeIds | None,
+    row0: int = 0,
+    with_coordinates: bool = False,
+) -> Messages:
+    """The messages of ``batch`` (rows ``row0``... of its task), checked, dedupe ids placed."""
+    topics = _topics(opts, batch, key_column, row0)
+    payloads = _payloads(opts, batch, row0)
+    sizes = pc.add(pc.binary_length(payloads), pc.binary_length(pc.cast(topics, pa.binary())))
+    too_big = pc.greater(sizes, MAX_PACKET_BYTES - _PACKET_OVERHEAD)
+    row = first_true(too_big)
+    if row is not None:
+        raise RecordError(
+            f"mqtt: {_where(batch, row0 + row)}: the message is {sizes[row].as_py()} bytes with "
+            f"its topic; an MQTT packet holds at most {MAX_PACKET_BYTES} bytes",
+            row=row0 + row,
+        )
+    retain = _retain(opts, batch)
+    rows = batch.num_rows
+    properties: pa.Array | None = None
+    if opts.version == "5":
+        properties = _user_properties(opts, batch, row0)
+        if opts.dedupe_ids and dedupe is not None:
+            content = pc.binary_join_element_wise(
+                pc.cast(topics, pa.binary()), payloads, b"\x00"
+            ).to_pylist()
+            coordinates = kafka_coordinates(batch) if with_coordinates else None
+            ids = pa.array(dedupe.ids(content, coordinates), pa.binary())
+            entry = _property_entry((opts.dedupe_property or "").encode(), ids, rows)
+            properties = concat_rows([entry, properties], rows, pa.binary())
+        properties = concat_rows(
+            [varints(pc.binary_length(properties)), properties], rows, pa.binary()
+        )
+    topic_bytes = pc.cast(topics, pa.binary())
+    topic_length = pc.binary_length(topic_bytes)
+    remaining = pc.add(pc.add(topic_length, 2 + (2 if opts.qos else 0)), pc.binary_length(payloads))
+    if properties is not None:
+        remaining = pc.add(remaining, pc.binary_length(properties))
+    first = 0x30 | (opts.qos << 1)
+    fixed = pc.if_else(
+        retain, pa.scalar(bytes([first | 1]), pa.binary()), pa.scalar(bytes([first]), pa.binary())
+    )
+    head = concat_rows(
+        [fixed, varints(remaining), uint16_be(topic_length), topic_bytes], rows, pa.binary()
+    )
+    tail = (
+        payloads if properties is None else concat_rows([properties, payloads], rows, pa.binary())
+    )
+    return Messages(topics, head, tail, opts.qos)
+
+
+def _property_entry(name: bytes, values: pa.Array, rows: int) -> pa.Array:
+    """An MQTT 5 user property (identifier 0x26, name and value as UTF-8 strings) per row."""
+    prefix = b"\x26" + len(name).to_bytes(2, "big") + name
+    return concat_rows([prefix, uint16_be(pc.binary_length(values)), values], rows, pa.binary())
+
+
+def _topics(opts: MQTTOptions, batch: SinkBatch, key_column: str | None, row0: int) -> pa.Array:
+    """``<topic_root>/<key>`` per row; RecordError for a null key or a topic MQTT refuses."""
+    if key_column is None:
+        return pa.array([opts.topic_root] * batch.num_rows, pa.string())
+    column = batch.column(key_column)
+    if opts.key_serializer is not None:
+        fn = load_callable(opts.key_serializer, option_name="key_serializer")
+        texts: list[str | None] = []
+        for offset, key in enumerate(column.to_pylist()):
+            text = None if key is None else fn(key)
+            if text is not None and not isinstance(text, str):
+                raise RecordError(
+                    f"mqtt: 'key_serializer' returned {type(text).__name__} for "
+                    f"{_where(batch, row0 + offset)}; it must return str (a topic is text)",
+                    row=row0 + offset,
+                )
+            texts.append(text)
+        keys = pa.array(texts, pa.string())
+    elif pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        keys = decode_utf8_strict(pc.cast(column, pa.binary()), f"mqtt: key column {key_column!r}")
+    else:
+        keys = csv_keys(column)
+    row = first_null(keys)
+    if row is not None:
+        raise RecordError(
+            f"mqtt: {_where(batch, row0 + row)} has a null key (column {key_column!r}); the "
+            f"topic is <topic_root>/<key>: fill the key, or set key_column=none to publish "
+            f"every row to {opts.topic_root!r}",
+            column=key_column,
+            row=row0 + row,
+        )
+    topics = pc.binary_join_element_wise(opts.topic_root, keys, "/")
+    bad = pc.or_(
+        pc.or_(
+            pc.match_substring_regex(topics, r"[+#]"),
+            pc.match_substring_regex(topics, NOT_IN_STRINGS_RE2),
+        ),
+        pc.greater(pc.binary_length(pc.cast(topics, pa.binary())), MAX_TOPIC_BYTES),
+    )
+    row = first_true(bad)
+    if row is not None:
+        topic = topics[row].as_py()
+        shown = topic if len(topic) <= 80 else topic[:80] + "..."
+        raise RecordError(
+            f"mqtt: {_where(batch, row0 + row)}: the topic {shown!r} cannot be published to: "
+            f"{topic_problem(topic)} (key column {key_column!r})",
+            column=key_column,
+            row=row0 + row,
+        )
+    return topics
+
+
+def _payloads(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array:
+    if opts.value_serializer is not None:
+        fn = load_callable(opts.value_serializer, option_name="value_serializer")
+        out: list[bytes] = []
+        for offset, value in enumerate(batch.values().to_pylist()):
+            data = fn(value)
+            if isinstance(data, str):
+                data = data.encode()
+            if not isinstance(data, bytes):
+                raise RecordError(
+                    f"mqtt: 'value_serializer' returned {type(data).__name__} for "
+                    f"{_where(batch, row0 + offset)}; it must return str or bytes",
+                    row=row0 + offset,
+                )
+            out.append(data)
+        return pa.array(out, pa.binary())
+    values = batch.values()
+    if values.num_columns == 0:
+        return pa.array([b"{}"] * batch.num_rows, pa.binary())
+    return pc.cast(json_objects(values), pa.binary())
+
+
+def _retain(opts: MQTTOptions, batch: SinkBatch) -> pa.Array:
+    flag = opts.retain_flag
+    if flag is not None:
+        return pa.repeat(pa.scalar(flag), batch.num_rows)
+    column = batch.column(opts.retain)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return pc.fill_null(column, False)
+
+
+def _user_properties(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array:
+    """Each row's user properties (their encoded entries) from the ``properties`` columns;
+    null values are left out."""
+    rows = batch.num_rows
+    names = opts.properties
+    empty = pa.repeat(pa.scalar(b"", pa.binary()), rows)
+    if not names:
+        return empty
+    if len(names) == 1 and pa.types.is_map(batch.column(names[0]).type):
+        encoded: list[bytes] = []
+        for offset, pairs in enumerate(batch.column(names[0]).to_pylist()):
+            parts = []
+            for name, value in pairs or ():
+                if value is not None:
+                    n = _text(name, names[0], batch, row0 + offset).encode()
+                    v = _text(value, names[0], batch, row0 + offset).encode()
+                    parts.append(
+                        b"\x26" + len(n).to_bytes(2, "big") + n + len(v).to_bytes(2, "big") + v
+                    )
+            encoded.append(b"".join(parts))
+        return pa.array(encoded, pa.binary())
+    pieces: list[pa.Array] = []
+    for name in names:
+        texts = csv_keys(batch.column(name))
+        _check_strings(texts, name, batch, row0)
+        values = pc.cast(pc.fill_null(texts, ""), pa.binary())
+        entry = _property_entry(name.encode(), values, rows)
+        pieces.append(pc.if_else(pc.is_valid(texts), entry, pa.scalar(b"", pa.binary())))
+    return concat_rows(pieces, rows, pa.binary()) if len(pieces) > 1 else pieces[0]
+
+
+def _check_strings(texts: pa.Array, column: str, batch: SinkBatch, row0: int) -> None:
+    """RecordError naming the first row whose user property value a broker would refuse."""
+    row = first_true(pc.fill_null(pc.match_substring_regex(texts, NOT_IN_STRINGS_RE2), False))
+    if row is not None:
+        raise RecordError(
+            f"mqtt: {_where(batch, row0 + row)}: the user property {column!r} cannot be sent: "
+            f"{string_problem(texts[row].as_py())}",
+            column=column,
+            row=row0 + row,
+        )
+
+
+def _text(value: Any, column: str, batch: SinkBatch, row: int) -> str:
+    text = _as_text(value, column, batch, row)
+    problem = string_problem(text)
+    if problem:
+        raise RecordError(
+            f"mqtt: {_where(batch, row)}: a user property of column {column!r} cannot be "
+            f"sent: {problem}",
+            column=column,
+            row=row,
+        )
+    return text
+
+
+def _as_text(value: Any, column: str, batch: SinkBatch, row: int) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordError(
+                f"mqtt: {_where(batch, row)}: the properties column {column!r} holds bytes "
+                "that are not UTF-8; a user property is UTF-8 text",
+                column=column,
+                row=row,
+            ) from None
+    return str(value)
