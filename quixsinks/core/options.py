@@ -168,7 +168,8 @@ class SinkOptions:
             if canonical in given and given[canonical][0] != raw_key:
                 first = given[canonical][0]
                 raise OptionError(
-                    f"option {canonical!r} is given twice (as {first!r} and {raw_key!r})",
+                    f"{cls.sink_name}: option {canonical!r} is given twice (as {first!r} and "
+                    f"{raw_key!r})",
                     option=canonical,
                 )
             given[canonical] = (raw_key, raw_value)
@@ -176,9 +177,9 @@ class SinkOptions:
         values: dict[str, Any] = {}
         for name, spec in specs.items():
             if name in given:
-                values[name] = _parse(spec, given[name][1], cls._hints()[name])
+                values[name] = cls._parse_named(spec, given[name][1])
             elif spec.env and os.environ.get(spec.env):
-                values[name] = _parse(spec, os.environ[spec.env], cls._hints()[name])
+                values[name] = cls._parse_named(spec, os.environ[spec.env])
             elif spec.required:
                 hint = f" (or set the environment variable {spec.env})" if spec.env else ""
                 raise OptionError(
@@ -186,8 +187,28 @@ class SinkOptions:
                     option=name,
                 )
         instance = cls(**values)
-        instance.validate()
+        try:
+            instance.validate()
+        except OptionError as exc:
+            raise cls._named(exc) from None
         return instance
+
+    @classmethod
+    def _parse_named(cls, spec: OptionSpec, raw: str) -> Any:
+        """One option's value, parsed; a refusal names the sink first, as every option
+        error does (``file: option 'format' has value 'jsonl', expected ...``)."""
+        try:
+            return _parse(spec, raw, cls._hints()[spec.name])
+        except OptionError as exc:
+            raise cls._named(exc) from None
+
+    @classmethod
+    def _named(cls, exc: OptionError) -> OptionError:
+        """``exc``, its message starting with the sink's name (as every option error)."""
+        if exc.message.startswith(f"{cls.sink_name}:"):
+            return exc
+        named = type(exc)(f"{cls.sink_name}: {exc.message}", **exc._kwargs)
+        return named
 
     def validate(self) -> None:
         """Check relations between options; subclasses override and raise OptionError."""
