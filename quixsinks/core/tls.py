@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import ssl
 
-from .errors import DestinationError
+from .errors import DestinationError, OptionError
 
-__all__ = ["certificate_error", "certificate_failure", "libpq_certificate_failure"]
+__all__ = [
+    "certificate_error",
+    "certificate_failure",
+    "libpq_certificate_failure",
+    "ssl_context",
+]
 
 # libpq reports TLS failures as text only (no SQLSTATE, no exception type of its own)
 _LIBPQ_CERTIFICATE_TEXTS = (
@@ -65,3 +70,22 @@ def certificate_error(where: str, why: str, *, trust: str, skip: str) -> Destina
         f"set {skip}",
         location=where,
     )
+
+
+def ssl_context(sink: str, *, verify: bool, ca_file: str | None) -> ssl.SSLContext:
+    """The TLS settings of a sink's HTTPS requests: the CA bundle ``ca_file`` (None: the
+    system's), or, with ``verify`` off, no verification at all (tests only). A CA file that
+    cannot be read is an OptionError naming the sink's ``ssl_ca_cert`` option."""
+    if not verify:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(
+            f"{sink}: 'ssl_ca_cert' {ca_file!r} is not a readable file of PEM certificates: {exc}",
+            option="ssl_ca_cert",
+            value=ca_file,
+        ) from None

@@ -40,14 +40,13 @@ from quixsinks.core.errors import (
     DestinationError,
     DestinationNotFoundError,
     MissingDependencyError,
-    OptionError,
     QuixSinksError,
     RecordError,
     RetryableError,
     SinkBackpressureError,
     timed_out,
 )
-from quixsinks.core.tls import certificate_error, certificate_failure
+from quixsinks.core.tls import certificate_error, certificate_failure, ssl_context
 
 from .options import InfluxDB1Options
 
@@ -146,21 +145,8 @@ class InfluxDB1Client:
 
 
 def tls_context(options: InfluxDB1Options) -> ssl.SSLContext:
-    """The TLS settings of every request: the CA bundle, or no verification at all."""
-    if not options.verify_ssl:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    try:
-        return ssl.create_default_context(cafile=options.ssl_ca_cert)
-    except (OSError, ssl.SSLError) as exc:
-        raise OptionError(
-            f"influxdb1: 'ssl_ca_cert' {options.ssl_ca_cert!r} is not a readable file of PEM "
-            f"certificates: {exc}",
-            option="ssl_ca_cert",
-            value=options.ssl_ca_cert,
-        ) from None
+    """The TLS settings of the requests the sink makes itself: the CA bundle, or none."""
+    return ssl_context("influxdb1", verify=options.verify_ssl, ca_file=options.ssl_ca_cert)
 
 
 def _error_text(data: bytes) -> str:

@@ -27,14 +27,13 @@ from quixsinks.core.errors import (
     DestinationError,
     DestinationNotFoundError,
     MissingDependencyError,
-    OptionError,
     QuixSinksError,
     RecordError,
     RetryableError,
     SinkBackpressureError,
     timed_out,
 )
-from quixsinks.core.tls import certificate_error, certificate_failure
+from quixsinks.core.tls import certificate_error, certificate_failure, ssl_context
 
 from .options import InfluxDB3Options
 from .points import PointsSink, gzip_body
@@ -115,22 +114,8 @@ def _certificate_error(where: str, why: str) -> DestinationError:
 
 
 def tls_context(options: InfluxDB3Options) -> ssl.SSLContext:
-    """The TLS settings of the writes, for the requests the sink makes itself (the ping):
-    the same CA bundle, the same verification."""
-    if not options.verify_ssl:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    try:
-        return ssl.create_default_context(cafile=options.ssl_ca_cert)
-    except (OSError, ssl.SSLError) as exc:
-        raise OptionError(
-            f"influxdb3: 'ssl_ca_cert' {options.ssl_ca_cert!r} is not a readable file of PEM "
-            f"certificates: {exc}",
-            option="ssl_ca_cert",
-            value=options.ssl_ca_cert,
-        ) from None
+    """The TLS settings of the requests the sink makes itself: the CA bundle, or none."""
+    return ssl_context("influxdb3", verify=options.verify_ssl, ca_file=options.ssl_ca_cert)
 
 
 def _is_timeout(exc: BaseException) -> bool:
