@@ -417,7 +417,11 @@ _json_payload_column(
             "RecordError naming the row of bytes that are not UTF-8 (as Quix's bytes.decode); "
             "UTF-8 keys: topic <topic_root>/<text>",
         ),
-        "key: struct<a:int,b:string>": (CONVERSION, "topic <topic_root>/<its JSON text>"),
+        "key: struct<a:int,b:string>": (
+            ERROR,
+            "OptionError before any task: a topic level is text, bytes or a number "
+            "(key_serializer for another form)",
+        ),
     },
     (CONVERSION, "not written: an MQTT message carries no record time"),
 )
