@@ -32,6 +32,7 @@ SINKS: dict[str, dict[str, str]] = {
     "tsdatalake": {"table_name": "fid"},
     "kinesis": {},
     "pubsub": {},
+    "mqtt": {},
     "iceberg": {},
     "bigquery": {},
 }
@@ -400,6 +401,29 @@ _json_payload_column(
         "key: struct<a:int,b:string>": (CONVERSION, "attribute _key: JSON text"),
     },
     (CONVERSION, "attribute _timestamp: epoch milliseconds as text, floored"),
+)
+#: mqtt: the key is the topic's last level(s), <topic_root>/<key>; a message has no record time
+_json_payload_column(
+    "mqtt",
+    "payload",
+    {
+        "key: string, and a null key": (
+            ERROR,
+            "RecordError naming the row of the null key (key_column=none: every message to "
+            "topic_root); 'k1' as is, topic <topic_root>/k1",
+        ),
+        "key: binary": (
+            ERROR,
+            "RecordError naming the row of bytes that are not UTF-8 (as Quix's bytes.decode); "
+            "UTF-8 keys: topic <topic_root>/<text>",
+        ),
+        "key: struct<a:int,b:string>": (
+            ERROR,
+            "OptionError before any task: a topic level is text, bytes or a number "
+            "(key_serializer for another form)",
+        ),
+    },
+    (CONVERSION, "not written: an MQTT message carries no record time"),
 )
 #: tsdatalake (unpartitioned here): Parquet files of the DataFrame's columns as they are
 for _case in CASES:

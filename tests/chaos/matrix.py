@@ -13,6 +13,7 @@ from ..services.bigquery_emulator import BQEmulator
 from ..services.gcs_emulator import GCSEmulator
 from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
+from ..services.mosquitto import MosquittoServer
 from ..services.moto import MotoServer
 from ..services.postgres import PostgresServer
 from ..services.pubsub_emulator import PubSubEmulator
@@ -25,6 +26,7 @@ from .targets import (
     InfluxTarget,
     InfluxV1Target,
     KinesisTarget,
+    MQTTTarget,
     ObjectStoreTarget,
     PostgresTarget,
     PubSubTarget,
@@ -55,6 +57,7 @@ QUICK: set[tuple[str, str]] = {
     ("iceberg (SQLite catalog, local)", "worker-kill"),
     ("tsdatalake (local)", "disk-full"),
     ("bigquery (exactly-once)", "lost-ack"),
+    ("mqtt", "lost-ack"),
 }
 
 
@@ -68,6 +71,7 @@ def build(
     azure: Any,
     gcs: Any,
     bigquery: BQEmulator,
+    mosquitto: MosquittoServer,
 ) -> list[Target]:
     """Every row, on servers already running."""
     return [
@@ -85,6 +89,7 @@ def build(
         IcebergTarget(),
         TsDataLakeTarget(),
         *(BigQueryTarget(bigquery, mode) for mode in ("exactly-once", "direct")),
+        MQTTTarget(mosquitto),
     ]
 
 
@@ -103,6 +108,8 @@ def targets(stack: contextlib.ExitStack) -> tuple[dict[str, str], list[Target]]:
     gcs = stack.enter_context(GCSEmulator())
     # on a DuckDB file: a crashed emulator comes back with every committed row
     bigquery = stack.enter_context(BQEmulator(persistent=True))
+    # persistence on (its default here): the subscriber's session outlives a crash
+    mosquitto = stack.enter_context(MosquittoServer())
     versions = {
         "PostgreSQL": _version([str(postgres.pg_bin / "postgres"), "--version"]),
         "Redis": _version([redis.binary, "--version"]),
@@ -115,7 +122,9 @@ def targets(stack: contextlib.ExitStack) -> tuple[dict[str, str], list[Target]]:
             "import bqemulator; print(bqemulator.__version__)",
         ]
     )
-    return versions, build(postgres, redis, influx, kinesis, s3, pubsub, azure, gcs, bigquery)
+    versions["Mosquitto"] = _version([mosquitto.binary, "-h"])
+    rows = build(postgres, redis, influx, kinesis, s3, pubsub, azure, gcs, bigquery, mosquitto)
+    return versions, rows
 
 
 def _version(command: list[str]) -> str:

@@ -23,6 +23,7 @@ from ..services.ack_faults import PG_COMMIT
 from ..services.bigquery_emulator import BQEmulator
 from ..services.influxdb import InfluxServer
 from ..services.kinesalite import KinesaliteServer
+from ..services.mosquitto import MosquittoServer, Received, Recorder
 from ..services.postgres import PostgresServer
 from ..services.pubsub_emulator import PubSubEmulator
 from ..services.redis_server import RedisServer
@@ -36,6 +37,7 @@ __all__ = [
     "InfluxTarget",
     "InfluxV1Target",
     "KinesisTarget",
+    "MQTTTarget",
     "ObjectStoreTarget",
     "PostgresTarget",
     "PubSubTarget",
@@ -399,6 +401,73 @@ class KinesisTarget(_OnServer):
 
     def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
         return {**options, "endpoint_url": f"http://{host}:{port}"}
+
+
+class MQTTTarget(_OnServer):
+    """The `mqtt` sink on Mosquitto (QoS 1, MQTT 5: every message carries ``qs_dedupe_id``),
+    a topic root of its own per cell, read back by a :class:`Recorder` subscribed before
+    the cell writes (a persistent session: it reconnects after a broker crash and gets
+    what the broker had queued for it)."""
+
+    name = "mqtt"
+    fmt = "mqtt"
+    guarantee = "at-least-once"
+    docs = "sinks/mqtt.md"
+    #: every PUBLISH of a cell names its topic, under this root; the sink's CONNECT does not
+    ROOT = "qschaos"
+    ack = (ROOT.encode() + b"/", b"")
+    not_built = {"disk-full": _THEIR_DISK}
+    impatient = {
+        "mqtt_flush_timeout_seconds": "2",
+        "retry_max_attempts": "2",
+        "retry_deadline_seconds": "10",
+    }
+
+    server: MosquittoServer
+
+    def __init__(self, server: MosquittoServer) -> None:
+        super().__init__(server)
+        self._recorders: dict[str, Recorder] = {}
+        self._received: dict[str, list[Received]] = {}
+
+    def _root(self, cell: Cell) -> str:
+        return f"{self.ROOT}/{cell.name}"
+
+    def options(self, cell: Cell) -> dict[str, str]:
+        self._recorders[cell.name] = Recorder(self.server, self._root(cell)).start()
+        return {
+            **self.server.options(),
+            "topic_root": self._root(cell),
+            "client_id": "qs-chaos",
+            "version": "5",
+            "qos": "1",
+            "retry_backoff_seconds": "0.05",
+        }
+
+    def _messages(self, cell: Cell) -> list[Received]:
+        """What the recorder got (every message the broker had for it once the cell ended)."""
+        if cell.name not in self._received:
+            recorder = self._recorders.pop(cell.name)
+            try:
+                self._received[cell.name] = recorder.settle(timeout=120)
+            finally:
+                recorder.stop()
+        return self._received[cell.name]
+
+    def read_ids(self, cell: Cell) -> list[int]:
+        return [json.loads(m.payload)["id"] for m in self._messages(cell)]
+
+    def read_deduplicated(self, cell: Cell) -> list[int] | None:
+        seen: set[str] = set()
+        ids = []
+        for m in self._messages(cell):
+            if m.properties["qs_dedupe_id"] not in seen:
+                seen.add(m.properties["qs_dedupe_id"])
+                ids.append(json.loads(m.payload)["id"])
+        return ids
+
+    def via(self, options: dict[str, str], host: str, port: int) -> dict[str, str]:
+        return {**options, "server": host, "port": str(port)}
 
 
 class ObjectStoreTarget(_OnServer):

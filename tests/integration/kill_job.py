@@ -23,6 +23,8 @@ QUIXSINKS_KILL_ICEBERG holds its options as JSON.
 The `bigquery` query runs when QUIXSINKS_KILL_BIGQUERY holds its options as JSON.
 The `influxdb1` query runs when QUIXSINKS_KILL_INFLUXDB1 holds its options as JSON (one
 series per event: tag `id`).
+The `mqtt` query runs when QUIXSINKS_KILL_MQTT holds its options as JSON (one message per
+event; at-least-once, MQTT 5 dedupe ids when the options say version 5).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def main() -> None:
         influx_options["fields_keys"] = "key,name,amount"
         influx_options.update(json.loads(os.environ["QUIXSINKS_KILL_INFLUXDB1"]))
         sinks["influxdb1"] = ("influxdb1", influx_options)
+    if os.environ.get("QUIXSINKS_KILL_MQTT"):
+        sinks["mqtt"] = ("mqtt", json.loads(os.environ["QUIXSINKS_KILL_MQTT"]))
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
         sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")

@@ -33,6 +33,7 @@ def targets(
     azurite: Any,
     gcs_server: Any,
     bqemulator: Any,
+    mosquitto: Any,
 ) -> dict[str, Target]:
     """One matrix target per format: the first row of each sink."""
     rows = build(
@@ -45,6 +46,7 @@ def targets(
         azurite,
         gcs_server,
         bqemulator,
+        mosquitto,
     )
     first: dict[str, Target] = {}
     for target in rows:

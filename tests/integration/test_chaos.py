@@ -28,6 +28,7 @@ def test_a_quick_cell_keeps_the_claimed_guarantee(
     azurite: Any,
     gcs_server: Any,
     bqemulator: BQEmulator,
+    mosquitto: Any,
     tmp_path: Path,
     target_name: str,
     fault_name: str,
@@ -42,6 +43,7 @@ def test_a_quick_cell_keeps_the_claimed_guarantee(
         azurite,
         gcs_server,
         bqemulator,
+        mosquitto,
     )
     target = next(t for t in targets if t.name == target_name)
     result = run_cell(spark, target, FAULTS[fault_name], tmp_path / "cell")

@@ -1,9 +1,10 @@
 """The driver killed at random moments mid-stream, then restarted: every row exactly once.
 
 A job streams 8 input files (one micro-batch each) into the `file`, `csvfile` and
-`postgresql` sinks (and, in the first test, every other sink with a server here; the
-`influxdb1` sink has a lighter job of its own) (the latter twice in the first test: staged, and with
-write_mode=prepared, PostgreSQL's two-phase commit). The test SIGKILLs the job's whole
+`postgresql` sinks (the latter twice in the first test: staged, and with write_mode=prepared,
+PostgreSQL's two-phase commit), and in the first test every other sink with a server here;
+the `influxdb1` and `mqtt` sinks have a lighter job of their own (`file`, `csvfile`,
+`influxdb1`, `mqtt`). The test SIGKILLs the job's whole
 process group (driver, JVM and Python workers) at random moments after it has committed
 something, several times, then lets a final run finish from the checkpoints and checks
 every output row by row.
@@ -199,16 +200,20 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     assert next(iter(staged))["n"] == 0, f"seed {seed}"
 
 
-def test_influxdb1_points_arrive_once_across_random_driver_kills(
-    tmp_path: Path, influx1: dict[str, Any]
+def test_influxdb1_points_and_mqtt_messages_arrive_once_across_random_driver_kills(
+    tmp_path: Path, influx1: dict[str, Any], mqtt_sink: dict[str, Any]
 ) -> None:
-    """The job with the `file`, `csvfile` and `influxdb1` queries only (a lighter job than
-    the one above, which already runs ten queries on two cores)."""
+    """The job with the `file`, `csvfile`, `influxdb1` and `mqtt` queries only (a lighter job
+    than the one above, which already runs ten queries on two cores)."""
     seed = int(os.environ.get("QUIXSINKS_KILL_SEED", time.time()))
     ids = write_input_files(tmp_path / "in", files=6, rows_per_file=40)
     args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "out.csv")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUIXSINKS_KILL_")}
     env["QUIXSINKS_KILL_INFLUXDB1"] = json.dumps(influx1["options"])
+    # QoS 1, MQTT 5: every message carries qs_dedupe_id, the same when a batch is replayed
+    env["QUIXSINKS_KILL_MQTT"] = json.dumps(
+        {**mqtt_sink["options"], "version": "5", "qos": "1", "retry_backoff_seconds": "0.05"}
+    )
     kills = kill_at_random(
         [sys.executable, str(JOB), *args, str(tmp_path / "ck")],
         lambda: committed_batches(tmp_path),
@@ -231,6 +236,14 @@ def test_influxdb1_points_arrive_once_across_random_driver_kills(
     points = influx1["server"].query(influx1["database"], 'SELECT "amount", "id" FROM "events"')
     assert sorted(int(p["id"]) for p in points) == ids, f"seed {seed}"
     assert sorted(read_jsonl_ids(tmp_path / "out")) == ids, f"seed {seed}"
+    # mqtt (at-least-once): every event at least once; a replayed batch (or a resend) repeats
+    # a message with its qs_dedupe_id, so dropping repeated ids leaves each event once
+    messages = mqtt_sink["recorder"].settle()
+    assert sorted(set(json.loads(m.payload)["id"] for m in messages)) == ids, f"seed {seed}"
+    first_of_each_id: dict[str, int] = {}
+    for m in messages:
+        first_of_each_id.setdefault(m.properties["qs_dedupe_id"], json.loads(m.payload)["id"])
+    assert sorted(first_of_each_id.values()) == ids, f"seed {seed}"
 
 
 def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(

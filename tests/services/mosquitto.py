@@ -50,6 +50,8 @@ else:  # run as a script
 
 INSTALL_HINT = "bash tests/services/install.sh"
 MOSQUITTO = "/usr/sbin/mosquitto"
+#: the topic level under a Recorder's topic of the markers :meth:`Recorder.settle` publishes
+END_MARKER = "qs-end-marker"
 
 __all__ = ["MosquittoServer", "Received", "Recorder"]
 
@@ -306,6 +308,19 @@ class Recorder:
                 return self.snapshot()
             time.sleep(0.02)
         raise RuntimeError(f"the recorder got {last} message(s) in {timeout:g} s, expected {count}")
+
+    def settle(self, timeout: float = 60.0) -> list[Received]:
+        """Every message the broker had for this subscriber when called: publishes an end
+        marker (QoS 1, acknowledged) under the topic and waits until it comes back (the
+        broker delivers one subscriber's messages in order); the markers left out."""
+        marker = f"{self.topic}/{END_MARKER}/{uuid.uuid4().hex[:8]}"
+        info = self.client.publish(marker, b"", qos=1)
+        info.wait_for_publish(timeout=timeout)
+        if not info.is_published():
+            raise RuntimeError(f"the end marker was not acknowledged in {timeout:g} s")
+        self.wait_until(lambda got: any(m.topic == marker for m in got), timeout)
+        ends = f"{self.topic}/{END_MARKER}/"
+        return [m for m in self.snapshot() if not m.topic.startswith(ends)]
 
     def wait_until(
         self, condition: Callable[[list[Received]], bool], timeout: float = 60.0
