@@ -186,11 +186,17 @@ def limit_case(broker: Any, arrow: Any, partitions: int) -> Case:
             )
             for i in range(partitions)
         ]
+        feeders = []
         for process, share in zip(processes, shares, strict=True):
             assert process.stdin is not None
-            threading.Thread(target=_feed, args=(process.stdin, share), daemon=True).start()
+            feeder = threading.Thread(target=_feed, args=(process.stdin, share), daemon=True)
+            feeder.start()
+            feeders.append(feeder)
+        for feeder in feeders:  # the feeder closes stdin: no communicate() racing it
+            feeder.join(timeout=600)
         for process in processes:
-            _, err = process.communicate(timeout=600)
+            process.wait(timeout=600)
+            err = process.stderr.read() if process.stderr is not None else b""
             if process.returncode:
                 raise RuntimeError(f"mosquitto_pub failed: {err.decode(errors='replace')}")
 
