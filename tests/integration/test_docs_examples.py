@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import sys
 import threading
@@ -146,6 +147,14 @@ class Servers:
             influx = self.server("influx_server")
             out.update(host=influx.url, token=influx.token)
             influx.create_database(out["database"])
+        elif fmt == "influxdb1":
+            influx = self.server("influx1_server")
+            user, password = influx.writer
+            influx.create_database(out["database"])
+            influx.grant_write(user, out["database"])
+            out.update(host=influx.host, port=str(influx.port), username=user, password=password)
+        elif fmt == "mqtt":
+            out.update(self.server("mosquitto").options(auth=True))
         elif fmt == "redis":
             redis_server = self.server("redis_server")
             out.pop("url", None)
@@ -314,7 +323,10 @@ def test_the_example_runs(
         spark=spark,
         df=frames,
         account_key="not-used-against-azurite",
+        password="not-used-against-the-test-servers",
+        os=os,
     )
+    monkeypatch.setenv("MQTT_PASSWORD", "not-used-against-the-test-broker")
     sys.modules[module.__name__] = module
     cloudpickle.register_pickle_by_value(module)
     before = {q.id for q in spark.streams.active}
