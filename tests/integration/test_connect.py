@@ -91,10 +91,12 @@ def test_register_over_spark_connect_registers_every_installed_sink(
     registered: tuple[Path, list[str]],
 ) -> None:
     from quixsinks import available_sinks
+    from quixsinks.catalogue import alias
 
     installed = sorted(name for name, problem in available_sinks().items() if problem is None)
     assert "postgresql" in installed  # the dev install has every extra this suite needs
-    assert sorted(registered[1]) == installed
+    # each under its short name and its alias
+    assert sorted(registered[1]) == sorted([*installed, *(alias(name) for name in installed)])
 
 
 def test_batch_writes_after_register_over_spark_connect(
