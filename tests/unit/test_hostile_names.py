@@ -146,6 +146,8 @@ def test_line_protocol_reads_back_as_written_or_is_refused(
     measurement: str, tag_key: str, tag_value: str, field_key: str, text: str
 ) -> None:
     assume(len({tag_key, field_key, "n"}) == 3)
+    # a tag or field named 'time' is refused for its own reason (InfluxDB's time column)
+    assume("time" not in (tag_key, field_key))
     names = (measurement, tag_key, field_key, tag_value)
     # what has no unambiguous form: a newline, a '#' starting the line, or a backslash a
     # parser could read as an escape, in a name or a tag value
