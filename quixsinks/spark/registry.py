@@ -87,8 +87,8 @@ def _registered_in_jvm(spark: SparkSession, name: str) -> bool | None:
         return None
 
 
-def _tell_clash(spark: SparkSession, name: str) -> None:
-    """Log, once per process, that a JVM connector owns the short name ``name``."""
+def _tell_clash(spark: SparkSession, name: str, way_out: str) -> None:
+    """Log, once per process and name, that a JVM data source owns ``format(name)``."""
     if name in _CLASH_TOLD:
         return
     owner = jvm_owner(spark, name)
@@ -97,11 +97,10 @@ def _tell_clash(spark: SparkSession, name: str) -> None:
     _CLASH_TOLD.add(name)
     logger.warning(
         "format(%r) reaches the JVM data source %s in this session (Spark looks JVM data "
-        "sources up first), not quixsinks: use format(%r) for quixsinks' %s sink",
+        "sources up first), not quixsinks: %s",
         name,
         owner,
-        alias(name),
-        name,
+        way_out,
     )
 
 
@@ -159,7 +158,7 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
         _REGISTERED[name] = data_source.sink_class
         registered.append(name)
         if name == sink_name:
-            _tell_clash(spark, name)
+            _tell_clash(spark, name, f"use format({alias(name)!r}) for quixsinks' {name} sink")
     for item in custom:
         data_source = (
             data_source_for(item) if isinstance(item, type) and issubclass(item, Sink) else item
@@ -171,12 +170,5 @@ def register(spark: SparkSession, *custom: Any, check_workers: bool = True) -> l
         else:
             _REGISTERED.pop(data_source.name(), None)
         registered.append(data_source.name())
-        owner = jvm_owner(spark, data_source.name())
-        if owner is not None:
-            logger.warning(
-                "format(%r) reaches the JVM data source %s in this session (Spark looks JVM "
-                "data sources up first), not your sink: register it under another name",
-                data_source.name(),
-                owner,
-            )
+        _tell_clash(spark, data_source.name(), "register your sink under another name")
     return registered
