@@ -46,6 +46,8 @@ def table(name: str) -> str:
             f" (`{spec.camel_name}`)" if spec.camel_name != spec.name else ""
         )
         doc = spec.doc.replace("|", "\\|")
+        for limit in spec.limits():
+            doc += f"; {limit}"
         if spec.env:
             doc += f"; env `{spec.env}`"
         if spec.is_secret:

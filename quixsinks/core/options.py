@@ -13,7 +13,9 @@ Spark) or any other casing: names are compared with case, ``_`` and ``-`` ignore
 Supported field types: ``str``, ``int``, ``float``, ``bool``, ``tuple[str, ...]``
 (comma-separated), ``Literal[...]`` (one of fixed choices), and ``X | None`` of those.
 A ``float`` is always finite (``nan`` and ``inf`` are refused); a timeout is declared with
-``positive=True`` and must be above zero.
+``positive=True`` and must be above zero. Numbers take ``minimum=``/``maximum=``, strings a
+``pattern=`` (a regular expression the whole value must match), and options that exclude each
+other share a ``one_of=`` group name: at most one of them may be given.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import difflib
 import inspect
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -63,7 +66,10 @@ def option(
     env: str | None = None,
     aliases: tuple[str, ...] = (),
     minimum: float | None = None,
+    maximum: float | None = None,
     positive: bool = False,
+    pattern: str | None = None,
+    one_of: str | None = None,
 ) -> Any:
     """Declare an option field.
 
@@ -75,16 +81,26 @@ def option(
         env: environment variable read (on the driver) when the option is not given.
         aliases: other accepted names (e.g. Quix's ``time_setter`` for ``time_key``).
         minimum: smallest allowed value for a number.
+        maximum: largest allowed value for a number.
         positive: a number above zero (every timeout: 0 or a negative number would mean
             "wait forever" to some client libraries, so it is refused).
+        pattern: a regular expression a string value must match as a whole (each item of
+            a list option too).
+        one_of: a group name shared by options that exclude each other: giving two of
+            them is refused before any data moves, naming both.
     """
+    if pattern is not None:
+        re.compile(pattern)  # a bad declaration fails at import, not on a user's value
     metadata = {
         "doc": doc,
         "secret": secret,
         "env": env,
         "aliases": aliases,
         "minimum": minimum,
+        "maximum": maximum,
         "positive": positive,
+        "pattern": pattern,
+        "one_of": one_of,
     }
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple or None as an option default")
@@ -106,6 +122,9 @@ class OptionSpec:
     choices: tuple[str, ...] | None
     minimum: float | None = None
     positive: bool = False
+    maximum: float | None = None
+    pattern: str | None = None
+    one_of: str | None = None
 
     @property
     def is_secret(self) -> bool:
@@ -116,6 +135,23 @@ class OptionSpec:
     def camel_name(self) -> str:
         head, *rest = self.name.split("_")
         return head + "".join(part.capitalize() for part in rest)
+
+    def limits(self) -> list[str]:
+        """The declared limits in words, for the docs tables (``above 0``, ``1 to 65535``...)."""
+        words = []
+        if self.positive:
+            words.append("above 0")
+        if self.minimum is not None and self.maximum is not None:
+            words.append(f"{self.minimum:g} to {self.maximum:g}")
+        elif self.minimum is not None:
+            words.append(f"at least {self.minimum:g}")
+        elif self.maximum is not None:
+            words.append(f"at most {self.maximum:g}")
+        if self.pattern is not None:
+            words.append(f"matches `{self.pattern.replace('|', chr(92) + '|')}`")
+        if self.one_of is not None:
+            words.append(f"excludes the other `{self.one_of}` options")
+        return words
 
     def default_text(self) -> str:
         if self.required:
@@ -186,6 +222,7 @@ class SinkOptions:
                     f"{cls.sink_name}: option {name!r} is required: {spec.doc}{hint}",
                     option=name,
                 )
+        cls._check_exclusive(specs, given)
         instance = cls(**values)
         try:
             instance.validate()
@@ -209,6 +246,28 @@ class SinkOptions:
             return exc
         named = type(exc)(f"{cls.sink_name}: {exc.message}", **exc._kwargs)
         return named
+
+    @classmethod
+    def _check_exclusive(
+        cls, specs: Mapping[str, OptionSpec], given: Mapping[str, tuple[str, str]]
+    ) -> None:
+        """Refuse two given options of one ``one_of`` group, naming both as the user wrote
+        them (an option left to its default, or to its environment variable, is not given)."""
+        seen: dict[str, str] = {}
+        for name in given:
+            group = specs[name].one_of
+            if group is None:
+                continue
+            if group in seen:
+                first = seen[group]
+                members = [s.name for s in specs.values() if s.one_of == group]
+                raise OptionError(
+                    f"{cls.sink_name}: options {given[first][0]!r} and {given[name][0]!r} "
+                    f"exclude each other: give one of {format_allowed(members)}",
+                    option=name,
+                    allowed=members,
+                )
+            seen[group] = name
 
     def validate(self) -> None:
         """Check relations between options; subclasses override and raise OptionError."""
@@ -235,6 +294,9 @@ class SinkOptions:
                     choices=_choices(hint),
                     minimum=f.metadata["minimum"],
                     positive=f.metadata.get("positive", False),
+                    maximum=f.metadata.get("maximum"),
+                    pattern=f.metadata.get("pattern"),
+                    one_of=f.metadata.get("one_of"),
                 )
             )
         return result
@@ -415,7 +477,7 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
             number: int | float = int(text)
         except ValueError:
             raise bad("an integer") from None
-        _check_minimum(spec, number, shown)
+        _check_range(spec, number, shown)
         return number
     if inner is float:
         try:
@@ -424,18 +486,27 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
             raise bad("a number") from None
         if not math.isfinite(number):  # nan, inf: no option means either
             raise bad("a finite number")
-        _check_minimum(spec, number, shown)
+        _check_range(spec, number, shown)
         return number
     if typing.get_origin(inner) is tuple:
-        return tuple(part.strip() for part in text.split(",") if part.strip())
+        items = tuple(part.strip() for part in text.split(",") if part.strip())
+        for item in items:
+            _check_pattern(spec, item, bad)
+        return items
     if inner is str:
         if not text and not optional and not spec.secret:
             raise bad("a non-empty string")
+        _check_pattern(spec, str(raw), bad)
         return str(raw)
     raise TypeError(f"unsupported option type {hint!r} for {spec.name!r}")
 
 
-def _check_minimum(spec: OptionSpec, number: float, shown: str) -> None:
+def _check_pattern(spec: OptionSpec, value: str, bad: Callable[..., OptionError]) -> None:
+    if spec.pattern is not None and re.fullmatch(spec.pattern, value) is None:
+        raise bad(f"a value matching {spec.pattern!r}", spec.pattern)
+
+
+def _check_range(spec: OptionSpec, number: float, shown: str) -> None:
     if spec.positive and number <= 0:
         raise OptionError(
             f"option {spec.name!r} has value {shown!r}, expected a number above 0",
@@ -450,6 +521,14 @@ def _check_minimum(spec: OptionSpec, number: float, shown: str) -> None:
             option=spec.name,
             value=shown,
             allowed=f">= {minimum:g}",
+        )
+    maximum = spec.maximum
+    if maximum is not None and number > maximum:
+        raise OptionError(
+            f"option {spec.name!r} has value {shown!r}, expected a number <= {maximum:g}",
+            option=spec.name,
+            value=shown,
+            allowed=f"<= {maximum:g}",
         )
 
 

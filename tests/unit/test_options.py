@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import pytest
 
 from quixsinks.core.errors import OptionError
-from quixsinks.core.options import REDACTED, OptionSpec, normalize_name, option
+from quixsinks.core.options import REDACTED, OptionSpec, SinkOptions, normalize_name, option
 from quixsinks.core.options import load_callable as _load_callable
 from quixsinks.core.sink import CommonOptions
 
@@ -458,3 +459,55 @@ def test_non_callable_is_an_error() -> None:
     with pytest.raises(OptionError) as info:
         load_callable("os:sep")
     assert (info.value.option, info.value.value) == ("dumps", "os:sep")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitedOptions(SinkOptions):
+    sink_name: ClassVar[str] = "limited"
+
+    port: int = option(5432, minimum=1, maximum=65535, doc="Port")
+    name: str = option("t", pattern=r"[a-z_][a-z0-9_]*", doc="An identifier")
+    names: tuple[str, ...] = option((), pattern=r"[a-z]+", doc="Identifiers")
+    token: str | None = option(None, one_of="credentials", doc="A token")
+    key_file: str | None = option(None, one_of="credentials", doc="A key file")
+
+
+def test_maximum_refuses_a_number_above_it() -> None:
+    assert LimitedOptions.from_options({"port": "65535"}).port == 65535
+    with pytest.raises(
+        OptionError, match=r"limited: option 'port' has value '65536', expected a number <= 65535"
+    ):
+        LimitedOptions.from_options({"port": "65536"})
+
+
+def test_pattern_must_match_the_whole_value_and_each_list_item() -> None:
+    assert LimitedOptions.from_options({"name": "ok_1", "names": "a,b"}).names == ("a", "b")
+    with pytest.raises(
+        OptionError, match=r"option 'name' has value 'ok; drop', expected a value matching"
+    ):
+        LimitedOptions.from_options({"name": "ok; drop"})
+    with pytest.raises(OptionError, match=r"option 'names' has value 'a,B'"):
+        LimitedOptions.from_options({"names": "a,B"})
+
+
+def test_options_of_one_group_exclude_each_other() -> None:
+    assert LimitedOptions.from_options({"keyFile": "k.json"}).key_file == "k.json"
+    with pytest.raises(OptionError) as info:
+        LimitedOptions.from_options({"token": "s3cret-value", "keyFile": "k.json"})
+    message = str(info.value)
+    assert "options 'token' and 'keyFile' exclude each other" in message
+    assert "s3cret-value" not in message
+
+
+def test_limits_are_spelled_out_for_the_docs() -> None:
+    specs = {spec.name: spec for spec in LimitedOptions.specs()}
+    assert specs["port"].limits() == ["1 to 65535"]
+    assert specs["name"].limits() == ["matches `[a-z_][a-z0-9_]*`"]
+    assert specs["token"].limits() == ["excludes the other `credentials` options"]
+
+
+def test_a_bad_pattern_fails_at_declaration() -> None:
+    import re
+
+    with pytest.raises(re.error):
+        option("x", pattern="(", doc="broken")
