@@ -21,8 +21,8 @@ from quixsinks import (
     CommitContext,
     LedgerEntry,
     LedgerOptions,
-    LedgerStore,
     Receipt,
+    RecordingLedgerStore,
     Sink,
     SinkBatch,
     Task,
@@ -30,7 +30,7 @@ from quixsinks import (
 )
 
 
-class SQLiteLedgerStore(LedgerStore):
+class SQLiteLedgerStore(RecordingLedgerStore):
     """Ledger entries as rows of ``_ledger``, inside the caller's transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .formats import CSVFormat, Format, JSONFormat, ParquetFormat, resolve_format
 from .gcs import GCSDestination
-from .ledger import Ledger, LedgerEntry, LedgerStore
+from .ledger import Ledger, LedgerEntry, LedgerStore, RecordingLedgerStore
 from .options import OptionSpec, SinkOptions, option
 from .publish import AppendPublisher, FilePublisher, PublishResult, StagedFile, StagingArea
 from .records import RecordSchema
@@ -82,6 +82,7 @@ __all__ = [
     "Receipt",
     "RecordError",
     "RecordSchema",
+    "RecordingLedgerStore",
     "RetryPolicy",
     "RetryStats",
     "RetryableError",

@@ -22,8 +22,13 @@ writer to the fence: a streaming query and keyed batch writes sharing a sink id 
 fenced from each other. A batch write without the key has a fresh sink id per write and
 keeps no entry.
 
-A destination provides a :class:`LedgerStore`; :class:`Ledger` holds the rules, so every
-sink (and a custom one, see docs/custom-sinks.md) fences the same way.
+A destination provides a :class:`LedgerStore` (what fencing reads: the owners of a sink id,
+one batch's entry, and the takeover); :class:`Ledger` holds the rules, so every sink (and a
+custom one, see docs/custom-sinks.md) fences the same way, on the driver with
+:meth:`Ledger.fence` and on executors with :meth:`Ledger.check`. Most destinations write
+their entry inside their own atomic commit (a SQL transaction, a Lua script, a snapshot
+summary, a create-only marker); a store that lets :meth:`Ledger.record` write it is a
+:class:`RecordingLedgerStore`.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "LedgerStore",
+    "RecordingLedgerStore",
     "check_sink_id",
     "fence_owners",
     "log_already_committed",
@@ -117,8 +123,8 @@ def fence_owners(
 
 
 class LedgerStore(ABC):
-    """Where a destination keeps its ledger. Methods run inside the destination's atomic
-    scope (a transaction, a lock) when it has one; ``record`` is atomic with the data."""
+    """Where a destination keeps its ledger: what fencing and the replay check read. Methods
+    run inside the destination's atomic scope (a transaction, a lock) when it has one."""
 
     @abstractmethod
     def owners(self, sink_id: str) -> set[str]:
@@ -129,12 +135,17 @@ class LedgerStore(ABC):
         """The entry of one batch, or None."""
 
     @abstractmethod
-    def record(self, entry: LedgerEntry) -> bool:
-        """Add an entry; False if the batch had one already (create-only)."""
+    def drop_query(self, sink_id: str, query_id: str) -> None:
+        """Hand ``sink_id`` over from ``query_id`` (a takeover): its entries stop counting."""
+
+
+class RecordingLedgerStore(LedgerStore):
+    """A store whose entries :meth:`Ledger.record` writes (a custom sink's table, the file
+    commit's create-only markers): ``record`` is atomic with the data."""
 
     @abstractmethod
-    def drop_query(self, sink_id: str, query_id: str) -> None:
-        """Delete every entry of ``sink_id`` written by ``query_id`` (a takeover)."""
+    def record(self, entry: LedgerEntry) -> bool:
+        """Add an entry; False if the batch had one already (create-only)."""
 
     @abstractmethod
     def prune(self, sink_id: str, below_batch_id: int) -> None:
@@ -190,9 +201,16 @@ class Ledger:
         return entry is not None and entry.query_id == query_id
 
     def record(self, sink_id: str, batch_id: int, query_id: str) -> bool:
-        """Fence, then record the batch; False if it was recorded already. Prunes old entries."""
+        """Fence, then record the batch; False if it was recorded already. Prunes old entries.
+        Needs a :class:`RecordingLedgerStore`."""
+        store = self.store
+        if not isinstance(store, RecordingLedgerStore):
+            raise TypeError(
+                f"{type(store).__name__} records its entries in its own commit, not through "
+                "Ledger.record (derive the store from RecordingLedgerStore)"
+            )
         self.fence(sink_id, query_id)
-        recorded = self.store.record(LedgerEntry(sink_id, batch_id, query_id))
+        recorded = store.record(LedgerEntry(sink_id, batch_id, query_id))
         if recorded and batch_id - self.keep_batches > 0:
-            self.store.prune(sink_id, batch_id - self.keep_batches)
+            store.prune(sink_id, batch_id - self.keep_batches)
         return recorded

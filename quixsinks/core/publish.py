@@ -65,6 +65,7 @@ from .ledger import (
     Ledger,
     LedgerEntry,
     LedgerStore,
+    RecordingLedgerStore,
     check_sink_id,
     log_already_committed,
 )
@@ -229,7 +230,7 @@ class StagingArea:
         return None
 
 
-class MarkerStore(LedgerStore):
+class MarkerStore(RecordingLedgerStore):
     """Ledger entries as marker objects, plus one ``owner`` object per sink id."""
 
     def __init__(self, staging: StagingArea) -> None:
@@ -692,9 +693,6 @@ class AppendLogStore(LedgerStore):
                 return LedgerEntry(sink_id, batch_id, str(e.get("query_id", "")))
         return None
 
-    def record(self, entry: LedgerEntry) -> bool:  # pragma: no cover - publish() logs
-        raise NotImplementedError("AppendPublisher records begin/done lines itself")
-
     def drop_query(self, sink_id: str, query_id: str) -> None:
         last = self.entries[-1] if self.entries else None
         self.dropped = [
@@ -704,9 +702,6 @@ class AppendLogStore(LedgerStore):
             and str(e.get("query_id", "")) == query_id
             and not (e is last and e.get("state") == "begin")  # its truncate-back is needed
         ]
-
-    def prune(self, sink_id: str, below_batch_id: int) -> None:  # pragma: no cover
-        raise NotImplementedError("AppendPublisher compacts its log itself")
 
 
 def _append_file(out: BinaryIO, source: str) -> None:

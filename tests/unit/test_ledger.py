@@ -18,14 +18,19 @@ import pytest
 from quixsinks.core.batch import WriteContext
 from quixsinks.core.destinations import LocalDestination
 from quixsinks.core.errors import CommitError, LedgerFenceError
-from quixsinks.core.ledger import Ledger, LedgerEntry, LedgerStore, fence_owners
+from quixsinks.core.ledger import (
+    Ledger,
+    LedgerEntry,
+    RecordingLedgerStore,
+    fence_owners,
+)
 from quixsinks.core.publish import AppendPublisher, FilePublisher, StagedFile, StagingArea
 
 SINK = "orders"
 OLD, NEW = "11111111-aaaa-bbbb-cccc-000000000001", "22222222-aaaa-bbbb-cccc-000000000002"
 
 
-class DictStore(LedgerStore):
+class DictStore(RecordingLedgerStore):
     """The smallest LedgerStore: what a custom sink's store has to provide."""
 
     def __init__(self) -> None:

@@ -116,11 +116,5 @@ class SnapshotLedgerStore(LedgerStore):
                 return entry
         return None
 
-    def record(self, entry: LedgerEntry) -> bool:
-        raise NotImplementedError("the iceberg sink records a batch in its snapshot summary")
-
     def drop_query(self, sink_id: str, query_id: str) -> None:
         self.takeover_of = query_id
-
-    def prune(self, sink_id: str, below_batch_id: int) -> None:
-        """Snapshot expiry prunes the ledger with the history (see the module docstring)."""

@@ -90,20 +90,11 @@ class RedisLedgerStore(LedgerStore):
         value = self.client.hget(self._key(sink_id), str(batch_id))
         return None if value is None else LedgerEntry(sink_id, batch_id, value.decode())
 
-    def record(self, entry: LedgerEntry) -> bool:
-        key = self._key(entry.sink_id)
-        return bool(self.client.hsetnx(key, str(entry.batch_id), entry.query_id))
-
     def drop_query(self, sink_id: str, query_id: str) -> None:
         entries = self.client.hgetall(self._key(sink_id))
         dropped = [k for k, v in entries.items() if v.decode() == query_id]
         if dropped:
             self.client.hdel(self._key(sink_id), *dropped)
-
-    def prune(self, sink_id: str, below_batch_id: int) -> None:
-        old = [k for k in self.client.hkeys(self._key(sink_id)) if int(k) < below_batch_id]
-        if old:
-            self.client.hdel(self._key(sink_id), *old)
 
 
 #: KEYS: the ledger hash, the staging registry set, then the staging hashes in partition
