@@ -4,13 +4,16 @@ Each page marks an options table with ``<!-- options:NAME -->`` ... ``<!-- /opti
 where NAME is a built-in sink's format name or ``common``; the type-fidelity matrix,
 declared in tests/fidelity_matrix.py and checked by tests/integration/
 test_type_fidelity.py, goes between ``<!-- fidelity-matrix -->`` and
-``<!-- /fidelity-matrix -->``. ``--check`` exits 1 when a page is out of date (the unit
-tests run it, so the docs cannot drift from the code or the tests).
+``<!-- /fidelity-matrix -->``; the package's module tree (each module with the first
+sentence of its docstring), read from the source, goes between ``<!-- module-tree -->`` and
+``<!-- /module-tree -->`` (docs/architecture.md). ``--check`` exits 1 when a page is out of
+date (the unit tests run it, so the docs cannot drift from the code or the tests).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
@@ -21,6 +24,8 @@ from quixsinks.core.sink import CommonOptions
 DOCS = Path(__file__).resolve().parent
 BLOCK = re.compile(r"(<!-- options:([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.S)
 MATRIX = re.compile(r"(<!-- fidelity-matrix -->\n)(.*?)(<!-- /fidelity-matrix -->)", re.S)
+TREE = re.compile(r"(<!-- module-tree -->\n)(.*?)(<!-- /module-tree -->)", re.S)
+PACKAGE = DOCS.parent / "quixsinks"
 
 
 def options_class(name: str) -> type[SinkOptions]:
@@ -64,8 +69,47 @@ def fidelity_matrix() -> str:
     return markdown()
 
 
+def _summary(path: Path) -> str:
+    """The first sentence of a module's docstring (read without importing it)."""
+    doc = ast.get_docstring(ast.parse(path.read_text()))
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split()) if doc else ""
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
+
+
+def module_tree() -> str:
+    """quixsinks/ as a tree: every package and module with its docstring's first sentence."""
+    lines = ["```"]
+
+    def walk(folder: Path, depth: int) -> None:
+        entries = sorted(
+            p
+            for p in folder.iterdir()
+            if (p.is_dir() and (p / "__init__.py").exists())
+            or (p.suffix == ".py" and p.name != "__init__.py")
+        )
+        for entry in entries:
+            indent = "  " * depth
+            if entry.is_dir():
+                name = f"{entry.name}/"
+                summary = _summary(entry / "__init__.py")
+            else:
+                name, summary = entry.name, _summary(entry)
+            lines.append(
+                f"{indent}{name:<{max(24 - len(indent), len(name) + 1)}} {summary}".rstrip()
+            )
+            if entry.is_dir():
+                walk(entry, depth + 1)
+
+    lines.append(f"quixsinks/{'':15} {_summary(PACKAGE / '__init__.py')}".rstrip())
+    walk(PACKAGE, 1)
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
 def render(text: str) -> str:
     text = BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+    text = TREE.sub(lambda m: m.group(1) + module_tree() + m.group(3), text)
     return MATRIX.sub(lambda m: m.group(1) + fidelity_matrix() + m.group(3), text)
 
 

@@ -1,1 +1,1 @@
-"""One module per destination: its options, its executor write, its driver commit."""
+"""One package per destination (file and csvfile: one module each), the same file roles in each."""
