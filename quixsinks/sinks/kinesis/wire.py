@@ -1,4 +1,11 @@
-"""Kinesis PutRecords limits, checked per record before anything is sent.
+"""Arrow rows to Kinesis PutRecords entries: data, partition keys, dedupe ids, limits.
+
+:func:`encode` turns a batch into entries: each record's data (a JSON object of the value
+columns built in Arrow, a column as it is, or a value serializer's bytes), its partition key
+(the key column as text, another column, or a key serializer's text), an optional explicit
+hash key, and a deterministic dedupe id (``core.delivery.DedupeIds``) placed in the JSON
+object or before the data. :func:`layers` splits entries for ``ordered`` delivery. Pure
+functions: no client, no server.
 
 Kinesis refuses a whole PutRecords call when one of its records breaks a limit, and the
 answer does not say which record; so every record is checked here first, vectorised in
@@ -13,13 +20,21 @@ skipped and counted, by option). The limits are the strictest of the real servic
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_true
+from quixsinks.core.arrow import first_null, first_true
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.delivery import DedupeIds, kafka_coordinates
+from quixsinks.core.errors import RecordError
+from quixsinks.core.formats import csv_keys, json_objects
+from quixsinks.core.options import load_callable
+
+from .options import KinesisOptions
 
 __all__ = [
     "MAX_HASH_KEY",
@@ -28,9 +43,11 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_REQUEST_BYTES",
     "Problem",
+    "encode",
     "entry_size",
     "find_problems",
     "hash_key_text",
+    "layers",
 ]
 
 MAX_RECORDS = 500
@@ -143,3 +160,171 @@ def _clip(text: str | None, limit: int = 60) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[:limit] + "..."
+
+
+# -- rows to entries ---------------------------------------------------------------------
+
+
+def encode(
+    batch: SinkBatch,
+    options: KinesisOptions,
+    *,
+    key_column: str | None,
+    kafka: bool,
+    dedupe: DedupeIds,
+    row0: int = 0,
+) -> tuple[list[dict[str, Any]], Problem | None]:
+    """The PutRecords entries of a batch (limits checked, dedupe ids placed), and the
+    records skipped for breaking a limit (``invalid_records=skip``), if any.
+
+    Args:
+        key_column: the column of partition keys (None: every key is null).
+        kafka: the rows carry Kafka coordinates; the dedupe ids are keyed by them.
+        row0: the task's row number of the batch's first row, for messages.
+
+    Raises:
+        RecordError: a row breaks a rule and the options say to fail.
+    """
+    data = _data(batch, options)
+    keys = _keys(batch, options, key_column)
+    hash_keys = (
+        hash_key_text(batch.column(options.explicit_hash_key_column))
+        if options.explicit_hash_key_column
+        else None
+    )
+
+    # the dedupe id covers the record's content (data, key, hash key); for Kafka input
+    # it is keyed by the record's topic, partition and offset, else by its position
+    parts: list[Any] = [data, b"\x00", pc.cast(pc.fill_null(keys, ""), pa.binary())]
+    if hash_keys is not None:
+        parts += [b"\x00", pc.cast(pc.fill_null(hash_keys, ""), pa.binary())]
+    content = pc.binary_join_element_wise(*parts, b"")
+    coordinates = kafka_coordinates(batch) if kafka else None
+    ids = pa.array(dedupe.ids(content.to_pylist(), coordinates), pa.string())
+
+    null_row = first_null(keys)
+    if null_row is not None:
+        if options.null_partition_keys == "error":
+            raise RecordError(
+                f"kinesis: row {row0 + null_row} of batch {batch.batch_id} partition "
+                f"{batch.partition_id} has a null partition key (column "
+                f"{key_column!r}); set null_partition_keys=dedupe_id to use the "
+                "record's dedupe id as its partition key",
+                column=key_column,
+                row=row0 + null_row,
+            )
+        keys = pc.coalesce(keys, ids)
+
+    placement = options.dedupe_placement
+    if placement == "prefix":
+        data = pc.binary_join_element_wise(pc.cast(ids, pa.binary()), b" ", data, b"")
+    elif placement == "field":
+        data = _with_field(data, ids, options.dedupe_id_field)
+
+    problem = find_problems(data, keys, hash_keys)
+    if problem is not None:
+        if options.invalid_records == "error":
+            key = keys[problem.row].as_py()
+            shown = key if len(key) <= 60 else key[:60] + "..."
+            raise RecordError(
+                f"kinesis: row {row0 + problem.row} of batch {batch.batch_id} partition "
+                f"{batch.partition_id} (partition key {shown!r}) cannot be put: "
+                f"{problem.reason}. {problem.count} record(s) of this batch break a limit; "
+                "set invalid_records=skip to skip and count them",
+                row=row0 + problem.row,
+            )
+        keep = pc.invert(problem.mask)
+        data, keys = data.filter(keep), keys.filter(keep)
+        hash_keys = hash_keys.filter(keep) if hash_keys is not None else None
+
+    out: list[dict[str, Any]] = [
+        {"Data": d, "PartitionKey": k}
+        for d, k in zip(data.to_pylist(), keys.to_pylist(), strict=True)
+    ]
+    if hash_keys is not None:
+        for entry, h in zip(out, hash_keys.to_pylist(), strict=True):
+            if h is not None:
+                entry["ExplicitHashKey"] = h
+    return out, problem
+
+
+def _data(batch: SinkBatch, options: KinesisOptions) -> pa.Array:
+    """Each record's data, binary, no nulls."""
+    if options.data_column is not None:
+        column = batch.column(options.data_column)
+        row = first_null(column)
+        if row is not None:
+            raise RecordError(
+                f"kinesis: 'data_column' {options.data_column!r} is null in row {row} of batch "
+                f"{batch.batch_id} partition {batch.partition_id}; a record needs data",
+                column=options.data_column,
+                row=row,
+            )
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        return pc.cast(pc.cast(column, pa.large_binary()), pa.binary())
+    if options.value_serializer is not None:
+        fn = load_callable(options.value_serializer, option_name="value_serializer")
+        return _as_bytes([fn(v) for v in batch.values().to_pylist()], "value_serializer")
+    values = batch.values()
+    if values.num_columns == 0:
+        return pa.array([b"{}"] * batch.num_rows, pa.binary())
+    return pc.cast(json_objects(values), pa.binary())
+
+
+def _keys(batch: SinkBatch, options: KinesisOptions, key_column: str | None) -> pa.Array:
+    """Each record's partition key as text (null where the row has none)."""
+    if key_column is None:
+        return pa.nulls(batch.num_rows, pa.string())
+    column = batch.column(key_column)
+    if options.key_serializer is not None:
+        fn = load_callable(options.key_serializer, option_name="key_serializer")
+        texts = []
+        for key in column.to_pylist():
+            text = None if key is None else fn(key)
+            if text is not None and not isinstance(text, str):
+                raise RecordError(
+                    f"kinesis: 'key_serializer' returned {type(text).__name__}; it must "
+                    "return str (a partition key is text)"
+                )
+            texts.append(text)
+        return pa.array(texts, pa.string())
+    return csv_keys(column)
+
+
+def _with_field(data: pa.Array, ids: pa.Array, name: str) -> pa.Array:
+    """``{"<name>":"<id>",...rest}`` from each JSON object ``{...rest}``."""
+    head = ("{" + json.dumps(name, ensure_ascii=False) + ':"').encode()
+    # after the "{" (the sink's own JSON: valid UTF-8)
+    rest = pc.cast(pc.utf8_slice_codeunits(pc.cast(data, pa.string()), 1), pa.binary())
+    empty = pc.equal(rest, pa.scalar(b"}", pa.binary()))
+    tail = pc.if_else(empty, rest, pc.binary_join_element_wise(b",", rest, b""))
+    return pc.binary_join_element_wise(head, pc.cast(ids, pa.binary()), b'"', tail, b"")
+
+
+def _as_bytes(values: list[Any], option: str) -> pa.Array:
+    out: list[bytes] = []
+    for value in values:
+        if isinstance(value, bytes):
+            out.append(value)
+        elif isinstance(value, str):
+            out.append(value.encode())
+        else:
+            raise RecordError(
+                f"kinesis: {option!r} returned {type(value).__name__}; it must return str or bytes"
+            )
+    return pa.array(out, pa.binary())
+
+
+def layers(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Entries split so that each layer holds at most one record per partition key, and a
+    key's n-th record is in layer n: a layer goes once the one before has fully landed."""
+    seen: dict[str, int] = {}
+    out: list[list[dict[str, Any]]] = []
+    for entry in entries:
+        depth = seen.get(entry["PartitionKey"], 0)
+        seen[entry["PartitionKey"]] = depth + 1
+        if depth == len(out):
+            out.append([])
+        out[depth].append(entry)
+    return out
