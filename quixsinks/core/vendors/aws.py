@@ -14,19 +14,18 @@ boto3 is imported only when a client is made (the ``s3`` and ``kinesis`` extras)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
-    DestinationAccessDeniedError,
     DestinationError,
     OptionError,
     QuixSinksError,
     RetryableError,
     SinkBackpressureError,
-    timed_out,
 )
 from ..secrets import scrub
+from .hooks import ServiceHook
 from .http import import_client, retry_after_seconds
 
 __all__ = ["AwsService", "ClientErrorInfo", "client_error_info", "make_client", "translate"]
@@ -160,31 +159,18 @@ def client_error_info(exc: Any, secrets: Iterable[Any] = ()) -> ClientErrorInfo:
     )
 
 
-def _denied(message: str, location: str) -> QuixSinksError:
-    return DestinationAccessDeniedError(message, location=location)
-
-
 @dataclass(frozen=True)
-class AwsService:
-    """The per-service hook of :func:`translate`: what one AWS service adds to the map.
+class AwsService(ServiceHook):
+    """The per-service hook of :func:`translate`: what one AWS service adds to the map
+    (besides :class:`~quixsinks.core.vendors.hooks.ServiceHook`'s location, access-denied
+    error, timeout and secrets).
 
     Attributes:
-        location: what the messages name (a bucket URL, a stream) and errors carry.
         classify: the service's own codes (a missing bucket, stream or key), tried first:
             ``classify(info, text)`` returns an error, or None to fall through.
-        denied: makes the access-denied error of this service from a message.
-        denied_advice: what to check when credentials are refused (names the options).
-        timeout: the request timeout in force, and ``timeout_option`` the option setting it.
-        secrets: values to scrub from every message.
     """
 
-    location: str
     classify: Callable[[ClientErrorInfo, str], QuixSinksError | None] = lambda info, text: None
-    denied: Callable[[str, str], QuixSinksError] = _denied
-    denied_advice: str = "check the credentials and their permissions"
-    timeout: float | None = None
-    timeout_option: str = "request_timeout_seconds"
-    secrets: tuple[Any, ...] = field(default=(), repr=False)
 
 
 def translate(exc: BaseException, what: str, service: AwsService) -> BaseException:
@@ -234,12 +220,7 @@ def translate(exc: BaseException, what: str, service: AwsService) -> BaseExcepti
             f"{what}: no AWS region; set 'region_name' (or AWS_REGION)", option="region_name"
         )
     if isinstance(exc, (bex.ConnectTimeoutError, bex.ReadTimeoutError)):
-        limit = (
-            "timed out"
-            if service.timeout is None
-            else timed_out(service.timeout, service.timeout_option)
-        )
-        return RetryableError(f"{what} {limit}: {clean(str(exc))}")
+        return RetryableError(f"{what} {service.timed_out()}: {clean(str(exc))}")
     if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError)):
         return RetryableError(f"{what} failed: {clean(str(exc))}")
     if isinstance(exc, bex.BotoCoreError):

@@ -19,20 +19,19 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
-    DestinationAccessDeniedError,
     DestinationError,
     DestinationNotFoundError,
     OptionError,
     QuixSinksError,
     RetryableError,
     SinkBackpressureError,
-    timed_out,
 )
 from ..secrets import scrub
+from .hooks import ServiceHook
 from .http import import_client, retry_after_seconds
 
 __all__ = [
@@ -226,33 +225,22 @@ def response_info(exc: Any) -> ResponseInfo:
     return ResponseInfo(status, code, headers, headers.get("x-ms-request-id") or "")
 
 
-def _denied(message: str, location: str) -> QuixSinksError:
-    return DestinationAccessDeniedError(message, location=location)
-
-
 @dataclass(frozen=True)
-class AzureService:
-    """The per-service hook of :func:`translate`: what one Azure service adds to the map.
+class AzureService(ServiceHook):
+    """The per-service hook of :func:`translate`: what one Azure service adds to the map
+    (besides :class:`~quixsinks.core.vendors.hooks.ServiceHook`'s location, access-denied
+    error, timeout and secrets).
 
     Attributes:
-        location: what the messages name and errors carry.
         name: the service, for messages (``Azure Blob Storage``).
         classify: the service's own codes (a missing container...), tried first:
             ``classify(info)`` returns an error, or None to fall through.
-        denied: makes the access-denied error of this service from a message.
-        denied_advice: what the message says is wrong when access is refused.
-        timeout: the request timeout in force, and ``timeout_option`` the option setting it.
-        secrets: values to scrub from every message.
     """
 
-    location: str
     name: str = "Azure"
     classify: Callable[[ResponseInfo], QuixSinksError | None] = lambda info: None
-    denied: Callable[[str, str], QuixSinksError] = _denied
     denied_advice: str = "access denied: the credentials are wrong, expired, or lack a permission"
-    timeout: float | None = None
     timeout_option: str = "storage_timeout_seconds"
-    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 def translate(exc: BaseException, service: AzureService) -> QuixSinksError | None:
@@ -290,12 +278,7 @@ def translate(exc: BaseException, service: AzureService) -> QuixSinksError | Non
     if isinstance(
         exc, (exceptions.ServiceRequestTimeoutError, exceptions.ServiceResponseTimeoutError)
     ):
-        limit = (
-            "timed out"
-            if service.timeout is None
-            else timed_out(service.timeout, service.timeout_option)
-        )
-        return RetryableError(f"{where}: {name} {limit}")
+        return RetryableError(f"{where}: {name} {service.timed_out()}")
     if isinstance(exc, (exceptions.ServiceRequestError, exceptions.ServiceResponseError)):
         return RetryableError(
             f"{where}: cannot reach {name} ({type(exc).__name__}: "
