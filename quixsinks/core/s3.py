@@ -389,9 +389,6 @@ class S3Destination(Destination):
                     # cast: boto3-stubs (when installed) type the response as a TypedDict
                     raise ClientError(cast(Any, {"Error": error}), "DeleteObjects")
 
-    def delete_prefix(self, prefix: str) -> None:
-        self.delete(self.list(prefix))
-
     def move(self, src: str, dst: str) -> None:
         source, target = self.object_key(src), self.object_key(dst)
         head = self._head(source)
