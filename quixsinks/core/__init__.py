@@ -39,6 +39,7 @@ from .records import RecordSchema
 from .s3 import S3Destination
 from .sink import BatchingSink, CommitContext, CommonOptions, LedgerOptions, Receipt, Sink, Task
 from .timeouts import StreamTimeoutTracker
+from .upload import StreamingUpload, UploadTarget
 
 __all__ = [
     "AppendPublisher",
@@ -99,7 +100,9 @@ __all__ = [
     "StagingArea",
     "StorageOptions",
     "StreamTimeoutTracker",
+    "StreamingUpload",
     "Task",
+    "UploadTarget",
     "WriteContext",
     "client_key",
     "error_from",

@@ -4,8 +4,8 @@
 ``azure-storage-blob`` (the ``azure`` extra; imported lazily, never at module import).
 How it maps the Destination contract onto Blob Storage:
 
-* ``write_with`` streams: the producer writes into a buffering file-like object that
-  stages 8 MiB blocks (``Put Block``, at most two in flight) and commits the block list
+* ``write_with`` streams through core's upload writer (:mod:`quixsinks.core.upload`):
+  it stages 8 MiB blocks (``Put Block``, at most two in flight) and commits the block list
   at the end, so memory stays bounded whatever the file size; an output smaller than one
   block is a single ``Put Blob``. Nothing is visible before the commit.
 * ``create_exclusive`` is one ``Put Blob`` with ``If-None-Match: *``
@@ -15,64 +15,68 @@ How it maps the Destination contract onto Blob Storage:
 * ``list`` follows continuation markers; ``delete`` uses blob batches of 256 deletes and
   ignores keys that do not exist.
 
-Credentials: a connection string (Quix's ``connection_string``; env
-``AZURE_STORAGE_CONNECTION_STRING``), or an account (``account_url`` or
-``account_name``; env ``AZURE_STORAGE_ACCOUNT``) with an account key (env
-``AZURE_STORAGE_KEY``) or a SAS token (env ``AZURE_STORAGE_SAS_TOKEN``). They are read
+Credentials: a connection string (option ``azure_connection_string``, Quix's
+``connection_string``; env ``AZURE_STORAGE_CONNECTION_STRING``), or an account (named by
+the ``path`` URL: ``abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/...`` or
+``https://ACCOUNT.blob.core.windows.net/CONTAINER/...``; env ``AZURE_STORAGE_ACCOUNT``) with
+an account key (option ``azure_account_key``, env ``AZURE_STORAGE_KEY``) or a SAS token
+(option ``azure_sas_token``, env ``AZURE_STORAGE_SAS_TOKEN``). They are read
 once, where the destination is made (the driver), and carried to executors inside the
 pickled destination, wrapped so that no repr, log line or error message shows them. The
 SDK client is made lazily in each process and kept in a process-wide
 :class:`~quixsinks.core.clients.ClientCache`; it is never pickled.
 
-Every SDK error is translated in :func:`_translate`: a missing container is
+Every SDK error is translated in :meth:`AzureDestination._translate`, through the Azure
+error map of :mod:`quixsinks.core.vendors.azure` with Blob Storage's hook: a missing
+container is
 :class:`AzureContainerNotFoundError`, an authentication or authorisation failure
 :class:`AzureContainerAccessDeniedError`, throttling (503 ``ServerBusy``, 500
 ``OperationTimedOut``...) a :class:`RetryableError` (:class:`SinkBackpressureError`
 when the service sends ``Retry-After``) for the sink's RetryPolicy, anything else a
 :class:`DestinationError` naming the location. The SDK's own retries are kept
 few (:data:`SDK_RETRIES`) so that the RetryPolicy is in charge; every request has a connect
-timeout (:data:`CONNECT_TIMEOUT` at most) and a read timeout (``timeout``, the option
-``storage_timeout_seconds``), and a timeout says so.
+timeout (:data:`~quixsinks.core.vendors.azure.CONNECT_TIMEOUT` at most) and a read timeout
+(``timeout``, the option ``storage_timeout_seconds``), and a timeout says so.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import io
-import logging
 import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import unquote, urlsplit
 
 from .clients import ClientCache, Secret
-from .destinations import DEFAULT_STORAGE_TIMEOUT, Destination
 from .errors import (
     AzureContainerAccessDeniedError,
     AzureContainerNotFoundError,
     DestinationError,
     DestinationNotFoundError,
-    MissingDependencyError,
     OptionError,
     QuixSinksError,
     RetryableError,
-    SinkBackpressureError,
-    timed_out,
 )
-from .secrets import scrub
+from .storage import DEFAULT_STORAGE_TIMEOUT, Destination
+from .upload import UploadTarget, upload_stream
+from .vendors.azure import (
+    AzureService,
+    ResponseInfo,
+    blob_service_client,
+    import_exceptions,
+    parse_connection_string,
+    response_info,
+    translate,
+)
 
 if TYPE_CHECKING:
     from azure.storage.blob import BlobServiceClient, ContainerClient
 
 __all__ = ["AzureDestination"]
-
-logger = logging.getLogger("quixsinks.azure")
 
 #: Size of one staged block of a streamed upload; outputs up to this size are one Put Blob.
 BLOCK_SIZE = 8 * 1024 * 1024
@@ -80,10 +84,6 @@ BLOCK_SIZE = 8 * 1024 * 1024
 BLOCKS_IN_FLIGHT = 2
 #: Deletes per blob batch request (the service's maximum).
 DELETE_BATCH = 256
-#: The longest wait for a connection, per request (seconds); ``timeout`` when shorter.
-CONNECT_TIMEOUT = 10.0
-#: Pooled HTTP connections per client (per process and credentials).
-CONNECTION_POOL_SIZE = 32
 #: Retries the SDK makes by itself (in all; of which on 5xx answers); a short linear pause.
 SDK_RETRIES = 2
 SDK_STATUS_RETRIES = 1
@@ -95,20 +95,6 @@ _DEFAULT_SUFFIX = "core.windows.net"
 _DEVSTORE_ACCOUNT = "devstoreaccount1"
 _DEVSTORE_URL = "http://127.0.0.1:10000/devstoreaccount1"
 _CONTAINER_RE = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
-_ACCESS_DENIED_CODES = frozenset(
-    {
-        "AuthenticationFailed",
-        "AuthorizationFailure",
-        "AuthorizationPermissionMismatch",
-        "AuthorizationResourceTypeMismatch",
-        "AuthorizationServiceMismatch",
-        "AuthorizationProtocolMismatch",
-        "AuthorizationSourceIPMismatch",
-        "InsufficientAccountPermissions",
-        "AccountIsDisabled",
-    }
-)
-_THROTTLING_CODES = frozenset({"ServerBusy", "OperationTimedOut", "InternalError"})
 _CONTAINER_MISSING_CODES = frozenset({"ContainerNotFound", "ContainerBeingDeleted"})
 
 _CLIENTS: ClientCache[Any] = ClientCache("azure blob clients", lambda c: c.close(), max_size=8)
@@ -116,24 +102,6 @@ _CLIENTS: ClientCache[Any] = ClientCache("azure blob clients", lambda c: c.close
 
 def _secret(value: str | None) -> Secret | None:
     return Secret(value) if value else None
-
-
-def _import_sdk() -> Any:
-    try:
-        import azure.storage.blob as blob
-    except ImportError as exc:  # pragma: no cover - the dev venv has it
-        raise MissingDependencyError("azure-storage-blob", "azure") from exc
-    return blob
-
-
-def parse_connection_string(text: str) -> dict[str, str]:
-    """The ``Key=Value;...`` pairs of a connection string (keys as written)."""
-    pairs: dict[str, str] = {}
-    for part in text.split(";"):
-        name, sep, value = part.strip().partition("=")
-        if sep and name:
-            pairs[name.strip()] = value.strip()
-    return pairs
 
 
 def _blob_endpoint_of(connection_string: str) -> str:
@@ -225,8 +193,10 @@ class AzureDestination(Destination):
         if not (account_url or account_name):
             raise OptionError(
                 "no Azure credentials: give 'azure_connection_string' (or set "
-                "AZURE_STORAGE_CONNECTION_STRING), or 'azure_account_name' / "
-                "'azure_account_url' with 'azure_account_key' or 'azure_sas_token'",
+                "AZURE_STORAGE_CONNECTION_STRING), or name the account in 'path' "
+                "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/... or "
+                "https://ACCOUNT.blob.core.windows.net/CONTAINER/...; or set "
+                "AZURE_STORAGE_ACCOUNT) with 'azure_account_key' or 'azure_sas_token'",
                 option="azure_connection_string",
             )
         if account_url:
@@ -249,8 +219,9 @@ class AzureDestination(Destination):
         if account_key and not self.account_name:
             raise OptionError(
                 f"cannot tell the account name from {self.account_url!r}; give "
-                "'azure_account_name' with the account key",
-                option="azure_account_name",
+                "a 'path' naming the account (abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/"
+                "...) with the account key, or an 'azure_connection_string'",
+                option="path",
             )
         self._account_key = _secret(account_key)
         self._sas_token = _secret(sas_token.lstrip("?") if sas_token else None)
@@ -377,45 +348,25 @@ class AzureDestination(Destination):
         return self._service().get_container_client(self.container)
 
     def _new_client(self) -> BlobServiceClient:
-        blob = _import_sdk()
-        _redact_urllib3_logs()
-        config: dict[str, Any] = {
-            "transport": _transport(self.timeout),
-            "retry_policy": blob.LinearRetry(
-                backoff=SDK_RETRY_PAUSE,
-                random_jitter_range=SDK_RETRY_PAUSE / 2,
-                retry_total=SDK_RETRIES,
-                retry_connect=SDK_RETRIES,
-                retry_read=SDK_RETRIES,
-                retry_status=SDK_STATUS_RETRIES,
-            ),
-            "max_single_put_size": BLOCK_SIZE,
-            "max_block_size": BLOCK_SIZE,
-        }
-        try:
-            if self._connection_string is not None:
-                service = blob.BlobServiceClient.from_connection_string(
-                    self._connection_string.reveal(), **config
-                )
-            else:
-                credential: Any
-                if self._account_key is not None:
-                    credential = {
-                        "account_name": self.account_name,
-                        "account_key": self._account_key.reveal(),
-                    }
-                else:
-                    credential = self._sas_token.reveal() if self._sas_token else None
-                service = blob.BlobServiceClient(self.account_url, credential=credential, **config)
-        except ValueError:
-            raise OptionError(
-                f"{self.account_url}: the Azure credentials are malformed (is the connection "
-                "string, account key or SAS token complete?)",
-                option="azure_connection_string"
-                if self._connection_string is not None
-                else "azure_account_key",
-                value="***",
-            ) from None
+        def reveal(secret: Secret | None) -> str | None:
+            return None if secret is None else secret.reveal()
+
+        service = blob_service_client(
+            self.account_url,
+            connection_string=reveal(self._connection_string),
+            account_name=self.account_name,
+            account_key=reveal(self._account_key),
+            sas_token=reveal(self._sas_token),
+            timeout=self.timeout,
+            retries=SDK_RETRIES,
+            status_retries=SDK_STATUS_RETRIES,
+            retry_pause=SDK_RETRY_PAUSE,
+            credential_option="azure_connection_string"
+            if self._connection_string is not None
+            else "azure_account_key",
+            max_single_put_size=BLOCK_SIZE,
+            max_block_size=BLOCK_SIZE,
+        )
         return cast("BlobServiceClient", service)
 
     def blob_name(self, key: str) -> str:
@@ -430,8 +381,45 @@ class AzureDestination(Destination):
 
     @contextlib.contextmanager
     def _translate(self, key: str | None = None) -> Iterator[None]:
-        with _translate(self._location(key), self.container, self._secret_values(), self.timeout):
+        """The one boundary where Azure SDK errors become quixsinks errors.
+
+        Messages are built from the HTTP status and the service's error code, never from
+        the SDK's text (which can quote request URLs carrying a SAS token), and the SDK
+        exception is not chained, so tracebacks carry no credentials either.
+        """
+        try:
             yield
+        except QuixSinksError:
+            raise
+        except Exception as exc:
+            error = translate(exc, self._errors(self._location(key)))
+            if error is None:
+                raise
+            raise error from None
+
+    def _errors(self, location: str) -> AzureService:
+        """Blob Storage's hook of the Azure error map: a missing container, whose container."""
+        container = self.container
+
+        def classify(info: ResponseInfo) -> QuixSinksError | None:
+            if info.code in _CONTAINER_MISSING_CODES:
+                return AzureContainerNotFoundError(
+                    f"{location}: the Azure container {container!r} does not exist; create it "
+                    f"first, or fix the container in 'path' ({info.detail})",
+                    location=location,
+                )
+            return None
+
+        return AzureService(
+            location=location,
+            name="Azure Blob Storage",
+            classify=classify,
+            denied=lambda message, where: AzureContainerAccessDeniedError(message, location=where),
+            denied_advice=f"access denied to Azure container {container!r}: the credentials "
+            "are wrong, expired, or may not read, write, delete and list there",
+            timeout=self.timeout,
+            secrets=self._secret_values(),
+        )
 
     def _secret_values(self) -> tuple[str, ...]:
         secrets = (self._connection_string, self._account_key, self._sas_token)
@@ -462,12 +450,12 @@ class AzureDestination(Destination):
         name = self.blob_name(key)
         with self._translate(key):
             blob = self._container().get_blob_client(name)
-        writer = _BlockWriter(blob, lambda: self._translate(key))
-        try:
-            produce(cast(BinaryIO, writer))
-            return writer.finish()
-        finally:
-            writer.abandon()
+        return upload_stream(
+            _BlockUpload(blob, lambda: self._translate(key)),
+            produce,
+            part_size=BLOCK_SIZE,
+            in_flight=BLOCKS_IN_FLIGHT,
+        )
 
     def read_bytes(self, key: str) -> bytes:
         name = self.blob_name(key)
@@ -561,264 +549,41 @@ class AzureDestination(Destination):
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
         name = self.blob_name(key)
-        exists = _import_sdk_exceptions().ResourceExistsError
-        try:
-            with self._translate(key):
-                try:
-                    self._container().upload_blob(name, data, overwrite=False, max_concurrency=1)
-                except exists:
+        errors = import_exceptions()
+        with self._translate(key):
+            try:
+                self._container().upload_blob(name, data, overwrite=False, max_concurrency=1)
+            except errors.ResourceExistsError:
+                return False  # Put Blob with If-None-Match: * answers 409 BlobAlreadyExists
+            except errors.HttpResponseError as exc:
+                if response_info(exc).status == 412:  # or 412 on some service versions
                     return False
-        except DestinationError as exc:
-            # Put Blob with If-None-Match: * answers 409 BlobAlreadyExists (caught above),
-            # or 412 on some service versions when the blob exists
-            if "ConditionNotMet" in str(exc):
-                return False
-            raise
+                raise
         return True
 
 
-def _transport(timeout: float) -> Any:
-    """The SDK's requests transport with these timeouts and a pool big enough for the
-    threads that share one client (block uploads, a driver's parallel moves)."""
-    import requests
-    from azure.core.pipeline.transport import RequestsTransport
-    from requests.adapters import HTTPAdapter
-    from urllib3.util.retry import Retry
+class _BlockUpload(UploadTarget):
+    """One block blob streamed in blocks (``Put Block``, from worker threads), committed
+    with ``Put Block List``; or one ``Put Blob`` when it is smaller than one block. Staged
+    blocks that are never committed are garbage-collected by the service after a week."""
 
-    session = requests.Session()
-    # as the SDK mounts it, with retries left to its retry policy; more pooled connections
-    adapter = HTTPAdapter(
-        max_retries=Retry(total=False, redirect=False, raise_on_status=False),
-        pool_maxsize=CONNECTION_POOL_SIZE,
-    )
-    for scheme in ("http://", "https://"):
-        session.mount(scheme, adapter)
-    return RequestsTransport(
-        session=session,
-        session_owner=True,
-        connection_timeout=min(CONNECT_TIMEOUT, timeout),
-        read_timeout=timeout,
-    )
-
-
-class _RedactSignatures(logging.Filter):
-    """Cuts SAS signatures out of log records (urllib3 logs request URLs at DEBUG)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "sig=" in message:
-            record.msg, record.args = _SIG_RE.sub(r"\1=REDACTED", message), ()
-        return True
-
-
-_SIG_RE = re.compile(r"(?i)\b(sig)=[^\s&'\"]*")
-_REDACTOR = _RedactSignatures()
-
-
-def _redact_urllib3_logs() -> None:
-    """Make the HTTP library's DEBUG lines safe: they quote URLs, SAS token included (the
-    SDK's own logging redacts them already)."""
-    connectionpool = logging.getLogger("urllib3.connectionpool")
-    if _REDACTOR not in connectionpool.filters:
-        connectionpool.addFilter(_REDACTOR)
-
-
-def _import_sdk_exceptions() -> Any:
-    try:
-        import azure.core.exceptions as exceptions
-    except ImportError as exc:  # pragma: no cover
-        raise MissingDependencyError("azure-storage-blob", "azure") from exc
-    return exceptions
-
-
-class _BlockWriter(io.RawIOBase):
-    """A write-only file that uploads a block blob in :data:`BLOCK_SIZE` blocks.
-
-    Full blocks are staged in the background (at most :data:`BLOCKS_IN_FLIGHT` at once)
-    while the producer fills the next one; :meth:`finish` stages the last one and commits
-    the block list, or makes one Put Blob if the whole output fits in one block. Closing
-    the file does not commit: the destination does, once the producer has returned.
-    """
-
-    def __init__(self, blob: Any, translate: Callable[[], contextlib.AbstractContextManager[None]]):
-        super().__init__()
+    def __init__(
+        self, blob: Any, translate: Callable[[], contextlib.AbstractContextManager[None]]
+    ) -> None:
         self._blob = blob
         self._translate = translate
-        self._buffer = bytearray()
-        self._size = 0
-        self._block_ids: list[str] = []
         self._tag = uuid.uuid4().hex
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: list[Future[None]] = []
-        self._lock = threading.Lock()
 
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._size
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        n = view.nbytes
-        offset = 0
-        while offset < n:
-            room = BLOCK_SIZE - len(self._buffer)
-            piece = view[offset : offset + room]
-            self._buffer += piece
-            offset += len(piece)
-            if len(self._buffer) >= BLOCK_SIZE:
-                self._stage(bytes(self._buffer))
-                self._buffer.clear()
-        self._size += n
-        return n
-
-    def close(self) -> None:  # the producer may close us: finishing is the caller's job
-        pass
-
-    def _stage(self, block: bytes) -> None:
-        block_id = base64.b64encode(f"{self._tag}-{len(self._block_ids):08d}".encode()).decode()
-        self._block_ids.append(block_id)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(BLOCKS_IN_FLIGHT, thread_name_prefix="azure-block")
-        while len(self._pending) >= BLOCKS_IN_FLIGHT:
-            self._pending.pop(0).result()
-        self._pending.append(self._pool.submit(self._put_block, block_id, block))
-
-    def _put_block(self, block_id: str, block: bytes) -> None:
+    def put_whole(self, data: bytes) -> None:
         with self._translate():
-            self._blob.stage_block(block_id, block)
+            self._blob.upload_blob(data, overwrite=True, max_concurrency=1)
 
-    def finish(self) -> int:
-        """Commit what was written; its size."""
-        if not self._block_ids:
-            with self._translate():
-                self._blob.upload_blob(bytes(self._buffer), overwrite=True, max_concurrency=1)
-            return self._size
-        if self._buffer:
-            self._stage(bytes(self._buffer))
-            self._buffer.clear()
-        for future in self._pending:
-            future.result()
-        self._pending.clear()
+    def put_part(self, number: int, data: bytes) -> str:
+        block_id = base64.b64encode(f"{self._tag}-{number - 1:08d}".encode()).decode()
         with self._translate():
-            self._blob.commit_block_list(self._block_ids)
-        return self._size
+            self._blob.stage_block(block_id, data)
+        return block_id
 
-    def abandon(self) -> None:
-        """Stop the background uploads (staged blocks that are never committed are
-        garbage-collected by the service after a week)."""
-        for future in self._pending:
-            future.cancel()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        self._buffer = bytearray()
-
-
-@contextlib.contextmanager
-def _translate(
-    location: str, container: str, secrets: tuple[str, ...], timeout: float
-) -> Iterator[None]:
-    """The one boundary where Azure SDK errors become quixsinks errors.
-
-    Messages are built from the HTTP status and the service's error code, never from the
-    SDK's text (which can quote request URLs carrying a SAS token), and the SDK exception
-    is not chained, so tracebacks carry no credentials either.
-    """
-    try:
-        yield
-    except QuixSinksError:
-        raise
-    except Exception as exc:
-        error = _translated(exc, location, container, secrets, timeout)
-        if error is None:
-            raise
-        raise error from None
-
-
-def _translated(
-    exc: Exception, location: str, container: str, secrets: tuple[str, ...], timeout: float
-) -> QuixSinksError | None:
-    try:
-        exceptions = _import_sdk_exceptions()
-    except MissingDependencyError:  # pragma: no cover
-        return None
-    if isinstance(exc, exceptions.HttpResponseError):
-        response = getattr(exc, "response", None)
-        status = getattr(exc, "status_code", None) or getattr(response, "status_code", None)
-        headers = getattr(response, "headers", None) or {}
-        raw_code = getattr(exc, "error_code", None) or headers.get("x-ms-error-code") or ""
-        code = str(getattr(raw_code, "value", raw_code))  # the SDK gives a StorageErrorCode
-        request_id = headers.get("x-ms-request-id") or ""
-        detail = (
-            f"HTTP {status}"
-            + (f" {code}" if code else "")
-            + (f" (request id {request_id})" if request_id else "")
-        )
-        if code in _CONTAINER_MISSING_CODES:
-            return AzureContainerNotFoundError(
-                f"{location}: the Azure container {container!r} does not exist; create it "
-                f"first, or fix the container in 'path' ({detail})",
-                location=location,
-            )
-        if status in (401, 403) or code in _ACCESS_DENIED_CODES:
-            return AzureContainerAccessDeniedError(
-                f"{location}: access denied to Azure container {container!r}: the credentials "
-                "are wrong, expired, or may not read, write, delete and list there "
-                f"({detail})",
-                location=location,
-            )
-        if status == 404:
-            return DestinationNotFoundError(f"{location}: not found ({detail})", location=location)
-        if status in (429, 502, 503, 504) or (status == 500 and code in _THROTTLING_CODES):
-            retry_after = _retry_after(headers)
-            message = f"{location}: Azure Blob Storage is busy, retry later ({detail})"
-            if retry_after is not None:
-                return SinkBackpressureError(retry_after, message)
-            return RetryableError(message)
-        return DestinationError(
-            f"{location}: Azure Blob Storage failed ({detail})", location=location
-        )
-    if isinstance(
-        exc, (exceptions.ServiceRequestTimeoutError, exceptions.ServiceResponseTimeoutError)
-    ):
-        return RetryableError(
-            f"{location}: Azure Blob Storage {timed_out(timeout, 'storage_timeout_seconds')}"
-        )
-    if isinstance(exc, (exceptions.ServiceRequestError, exceptions.ServiceResponseError)):
-        return RetryableError(
-            f"{location}: cannot reach Azure Blob Storage ({type(exc).__name__}: "
-            f"{_scrub(str(exc), secrets)})"
-        )
-    if isinstance(exc, exceptions.AzureError):
-        return DestinationError(
-            f"{location}: Azure Blob Storage failed ({type(exc).__name__}: "
-            f"{_scrub(str(exc), secrets)})",
-            location=location,
-        )
-    return None
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name in ("Retry-After", "retry-after-ms", "x-ms-retry-after-ms"):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value)
-        except ValueError:
-            return None
-        return seconds / 1000 if name.endswith("-ms") else seconds
-    return None
-
-
-def _scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with query strings (SAS tokens) and known secrets cut out (the one
-    scrubber, :func:`quixsinks.core.secrets.scrub`), shortened to its first line."""
-    text = re.sub(r"\?[^\s'\"]*", "?...", scrub(text, secrets))
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first[:300]
+    def complete(self, parts: list[Any], size: int) -> None:
+        with self._translate():
+            self._blob.commit_block_list(parts)

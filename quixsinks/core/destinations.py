@@ -1,7 +1,7 @@
-"""Destinations: where file-writing sinks put bytes (local disk now; S3 and Azure next).
+"""Destinations: where file-writing sinks put bytes (local disk, S3, Azure Blob, GCS).
 
-A :class:`Destination` is a flat key space under a root (``a/b/c.parquet``) with the
-few operations the commit protocol needs:
+A :class:`Destination` (the contract, in :mod:`quixsinks.core.storage`) is a flat key space
+under a root (``a/b/c.parquet``) with the few operations the commit protocol needs:
 
 * ``write_bytes`` (overwrites), ``read_bytes``, ``exists``, ``list``, ``delete``;
 * ``move`` to a fixed final name (rename on disk, copy+delete on object stores);
@@ -13,24 +13,24 @@ Library errors are translated at one boundary per backend into
 :class:`~quixsinks.core.errors.DestinationNotFoundError`,
 :class:`~quixsinks.core.errors.DestinationAccessDeniedError` or
 :class:`~quixsinks.core.errors.DestinationError`. Destinations hold no open clients
-when pickled.
+when pickled. This module holds local disk, the object stores' credential options and
+:func:`destination_for`, which picks the backend a ``path`` names.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import os
 import shutil
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
 from .options import SinkOptions, option
+from .storage import DEFAULT_STORAGE_TIMEOUT, Destination
 
 __all__ = [
     "DEFAULT_STORAGE_TIMEOUT",
@@ -40,11 +40,6 @@ __all__ = [
     "absolute_local_path",
     "destination_for",
 ]
-
-OBJECT_STORE_SCHEMES = ("s3", "s3a", "abfs", "abfss", "az", "gs")
-#: Seconds an object store client waits for an answer to one request (and, at most
-#: its backend's connect cap of them, for a connection): ``storage_timeout_seconds``.
-DEFAULT_STORAGE_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,75 +95,6 @@ class StorageOptions(SinkOptions):
         "5 of them, 10 on Azure, to connect); a hung store fails the request, which is "
         "retried under the retry options",
     )
-
-
-class Destination(ABC):
-    """A place to write files, addressed by ``/``-separated keys relative to a root."""
-
-    #: True where a file can be appended to in place (local disk only).
-    supports_append: bool = False
-
-    @property
-    @abstractmethod
-    def url(self) -> str:
-        """The root, for messages (never with credentials)."""
-
-    @abstractmethod
-    def check(self) -> None:
-        """Fail early (on the driver) if the root cannot be written."""
-
-    def create_root(self) -> None:
-        """Create the bucket or container (object stores; sinks with an
-        ``auto_create_bucket`` option call it when :meth:`check` finds it missing)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot create its root")
-
-    @abstractmethod
-    def write_bytes(self, key: str, data: bytes) -> None:
-        """Write (or replace) ``key``."""
-
-    def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
-        """Write (or replace) ``key`` with what ``produce`` writes to a stream; its size.
-
-        The default collects the bytes in memory; backends override it to stream.
-        """
-        buffer = io.BytesIO()
-        produce(buffer)
-        self.write_bytes(key, buffer.getvalue())
-        return buffer.tell()
-
-    @abstractmethod
-    def read_bytes(self, key: str) -> bytes:
-        """Read ``key``; DestinationNotFoundError if it does not exist."""
-
-    @abstractmethod
-    def exists(self, key: str) -> bool: ...
-
-    @abstractmethod
-    def list(self, prefix: str = "") -> list[str]:
-        """Every key below ``prefix`` (a folder-like prefix, recursive), sorted."""
-
-    @abstractmethod
-    def delete(self, keys: Iterable[str]) -> None:
-        """Delete keys; keys that do not exist are ignored."""
-
-    @abstractmethod
-    def move(self, src: str, dst: str) -> None:
-        """Move ``src`` to ``dst``, replacing ``dst``."""
-
-    @abstractmethod
-    def create_exclusive(self, key: str, data: bytes) -> bool:
-        """Create ``key`` with ``data`` if it does not exist; False if it already did.
-
-        Readers never see a partial object: the content is complete and durable before
-        the key appears.
-        """
-
-    @abstractmethod
-    def modified(self, key: str) -> float | None:
-        """When ``key`` was last written (epoch seconds), or None if it does not exist."""
-
-    def delete_prefix(self, prefix: str) -> None:
-        self.delete(self.list(prefix))
 
 
 @contextlib.contextmanager

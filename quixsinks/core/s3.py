@@ -6,22 +6,25 @@ Keys live under ``s3://<bucket>/<prefix>/``. The commit protocol's primitives ma
   is atomic, so the marker's content is complete when its key appears;
 * ``move``: server-side ``CopyObject`` (multipart ``UploadPartCopy`` above 5 GiB), then
   ``DeleteObject``;
-* ``write_with``: a buffering writer that streams multipart parts of at least 8 MiB (one
-  ``PutObject`` when the whole object is smaller), so memory stays bounded;
+* ``write_with``: core's streaming upload writer (:mod:`quixsinks.core.upload`) with
+  multipart parts of at least 8 MiB (one ``PutObject`` when the whole object is smaller),
+  so memory stays bounded;
 * ``list``: ``ListObjectsV2``, paginated; ``delete``: ``DeleteObjects``, 1,000 keys a call.
 
 Credentials: explicit keywords win; otherwise boto3's default chain (``AWS_ACCESS_KEY_ID``...,
 profiles, instance roles) runs where the client is made. The region is ``region_name``, else
 ``AWS_REGION`` / ``AWS_DEFAULT_REGION``. Secrets are never shown in reprs, logs or errors.
 
-Every SDK error is translated in :meth:`S3Destination._sdk` (the one boundary): a missing
-bucket -> :class:`S3BucketNotFoundError`; refused or wrong credentials ->
+Every SDK error is translated in :meth:`S3Destination._sdk` (the one boundary, through the
+AWS error map of :mod:`quixsinks.core.vendors.aws` with S3's hook): a missing bucket ->
+:class:`S3BucketNotFoundError`; refused or wrong credentials ->
 :class:`S3BucketAccessDeniedError`; throttling and server errors -> :class:`RetryableError`
 (:class:`SinkBackpressureError` when the answer says how long to wait), so the sink's
 :class:`~quixsinks.core.backpressure.RetryPolicy` is in charge; the SDK itself retries once
-at most, with a connect timeout of :data:`CONNECT_TIMEOUT` at most and a read timeout of
-``timeout`` (``storage_timeout_seconds``); a timeout says so. Anything else ->
-:class:`DestinationError` with the location.
+at most (a driver's publish calls the store outside any RetryPolicy), with a connect
+timeout of :data:`CONNECT_TIMEOUT` at most and a read timeout of ``timeout``
+(``storage_timeout_seconds``); a timeout says so. Anything else -> :class:`DestinationError`
+with the location.
 
 boto3 is imported lazily (the ``s3`` extra); clients live in a per-process
 :class:`~quixsinks.core.clients.ClientCache`, never on the instance.
@@ -30,28 +33,25 @@ boto3 is imported lazily (the ``s3`` extra); clients live in a per-process
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO, NoReturn, cast
+from typing import Any, BinaryIO, cast
 
+from .backpressure import RetryPolicy
 from .clients import ClientCache, Secret
-from .destinations import DEFAULT_STORAGE_TIMEOUT, Destination
 from .errors import (
     DestinationError,
     DestinationNotFoundError,
-    MissingDependencyError,
     OptionError,
-    RetryableError,
+    QuixSinksError,
     S3BucketAccessDeniedError,
     S3BucketNotFoundError,
-    SinkBackpressureError,
-    timed_out,
 )
-from .secrets import scrub
+from .storage import DEFAULT_STORAGE_TIMEOUT, Destination
+from .upload import UploadTarget, upload_stream
+from .vendors.aws import AwsService, ClientErrorInfo, client_error_info, make_client, translate
 
 __all__ = ["S3Destination"]
 
@@ -72,42 +72,10 @@ CONNECT_TIMEOUT = 5.0
 
 _SCHEMES = ("s3", "s3a")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_NOT_FOUND_BUCKET = {"NoSuchBucket"}
-_NOT_FOUND_KEY = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
-_DENIED = {
-    "AccessDenied",
-    "403",
-    "Forbidden",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "TokenRefreshRequired",
-    "AllAccessDisabled",
-    "AccountProblem",
-    "InvalidSecurity",
-}
-_RETRYABLE = {
-    "SlowDown",
-    "503",
-    "ServiceUnavailable",
-    "InternalError",
-    "500",
-    "RequestTimeout",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequests",
-    "429",
-    "OperationAborted",
-    "ConditionalRequestConflict",
-}
-
-#: What a bodyless answer (HEAD) means.
-_REASONS = {
-    403: "Forbidden (wrong credentials, or no permission on this bucket)",
-    404: "Not Found",
-}
+_NOT_FOUND_KEY = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchUpload"})
+#: A conditional put racing another one of the same key (409 ConditionalRequestConflict)
+#: is asked again: S3 then answers 412 (the other one won) or 200.
+_CONFLICT_POLICY = RetryPolicy(max_attempts=5, initial_backoff=0.05, deadline=10.0, jitter=False)
 
 _CLIENTS: ClientCache[Any] = ClientCache("s3 clients", lambda client: client.close())
 
@@ -254,17 +222,7 @@ class S3Destination(Destination):
         return _CLIENTS.get(self._client_key(), self._make_client)
 
     def _make_client(self) -> Any:
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError:
-            raise MissingDependencyError("boto3", "s3") from None
-        options: dict[str, Any] = {
-            "connect_timeout": min(CONNECT_TIMEOUT, self.timeout),
-            "read_timeout": self.timeout,
-            "retries": {"total_max_attempts": SDK_MAX_ATTEMPTS, "mode": "standard"},
-            "max_pool_connections": 32,
-        }
+        options: dict[str, Any] = {"max_pool_connections": 32}
         if self.endpoint_url is not None:
             # MinIO-style stores: bucket in the path, not the host name; checksums only
             # where the S3 API requires them (newer botocore sends CRC32 on every upload,
@@ -272,82 +230,62 @@ class S3Destination(Destination):
             options["s3"] = {"addressing_style": "path"}
             options["request_checksum_calculation"] = "when_required"
             options["response_checksum_validation"] = "when_required"
-        session = boto3.session.Session(
+        return make_client(
+            "s3",
+            extra="s3",
+            region_name=self.region_name,
+            endpoint_url=self.endpoint_url,
             aws_access_key_id=self.aws_access_key_id,
             aws_secret_access_key=(
                 self._secret_access_key.reveal() if self._secret_access_key else None
             ),
             aws_session_token=self._session_token.reveal() if self._session_token else None,
-            region_name=self.region_name,
+            connect_timeout=min(CONNECT_TIMEOUT, self.timeout),
+            read_timeout=self.timeout,
+            max_attempts=SDK_MAX_ATTEMPTS,
+            **options,
         )
-        return session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
 
     # -- the error boundary -----------------------------------------------------------------
 
     @contextlib.contextmanager
     def _sdk(self, what: str, key: str | None = None) -> Iterator[None]:
         """Translate every SDK error of ``what`` (on ``key``, or the bucket) to ours."""
-        try:
-            import botocore.exceptions as bex
-        except ImportError:
-            raise MissingDependencyError("boto3", "s3") from None
         location = self._location(key)
         try:
             yield
-        except bex.ClientError as exc:
-            self._raise_client_error(exc, what, location, key)
-        except (bex.NoCredentialsError, bex.PartialCredentialsError) as exc:
-            raise S3BucketAccessDeniedError(
-                f"{location}: {what} failed: no usable AWS credentials ({type(exc).__name__}); "
-                "set aws_access_key_id and aws_secret_access_key, or configure the default "
-                "credential chain (environment, profile, instance role)",
-                location=location,
-            ) from None
-        except (bex.ConnectTimeoutError, bex.ReadTimeoutError):
-            raise RetryableError(
-                f"{location}: {what} {timed_out(self.timeout, 'storage_timeout_seconds')}"
-            ) from None
-        except (bex.ConnectionError, bex.HTTPClientError) as exc:
-            # timeouts, refused or dropped connections: transient as far as we can tell
-            raise RetryableError(f"{location}: {what} failed: {self._scrub(str(exc))}") from None
-        except bex.BotoCoreError as exc:
-            raise DestinationError(
-                f"{location}: {what} failed: {self._scrub(str(exc))}", location=location
-            ) from None
+        except QuixSinksError:
+            raise
+        except Exception as exc:
+            error = translate(exc, f"{location}: {what}", self._service(location, key))
+            if error is exc:
+                raise
+            raise error from None
 
-    def _raise_client_error(self, exc: Any, what: str, location: str, key: str | None) -> NoReturn:
-        error = exc.response.get("Error", {})
-        meta = exc.response.get("ResponseMetadata", {})
-        code, status = _error_code(exc)
-        detail = self._scrub(str(error.get("Message") or "")) or _REASONS.get(
-            status or 0, f"HTTP {status}"
+    def _service(self, location: str, key: str | None) -> AwsService:
+        """S3's hook of the AWS error map: a missing bucket or object, whose bucket."""
+
+        def classify(info: ClientErrorInfo, text: str) -> QuixSinksError | None:
+            if info.code == "NoSuchBucket" or (key is None and info.code in ("404", "NotFound")):
+                return S3BucketNotFoundError(
+                    f"{self.url}: the bucket {self.bucket!r} does not exist "
+                    f"(or not in this region / endpoint); create it first ({info.code})",
+                    location=self.url,
+                )
+            if info.code in _NOT_FOUND_KEY:
+                return DestinationNotFoundError(f"{location}: no such object", location=location)
+            return None
+
+        return AwsService(
+            location=location,
+            classify=classify,
+            denied=lambda message, where: S3BucketAccessDeniedError(message, location=where),
+            denied_advice="check the credentials and that they may read, write, list and "
+            f"delete in bucket {self.bucket!r}",
+            timeout=self.timeout,
+            timeout_option="storage_timeout_seconds",
+            secrets=(self._secret_access_key, self._session_token),
         )
-        text = f"{location}: {what} failed: {code}: {detail}"
-        if code in _NOT_FOUND_BUCKET or (key is None and code in ("404", "NotFound")):
-            raise S3BucketNotFoundError(
-                f"{self.url}: the bucket {self.bucket!r} does not exist "
-                f"(or not in this region / endpoint); create it first ({code})",
-                location=self.url,
-            ) from None
-        if code in _NOT_FOUND_KEY:
-            raise DestinationNotFoundError(f"{location}: no such object", location=location)
-        if code in _DENIED or status == 403:
-            raise S3BucketAccessDeniedError(
-                f"{text}; check the credentials and that they may read, write, list and "
-                f"delete in bucket {self.bucket!r}",
-                location=location,
-            ) from None
-        if code in _RETRYABLE or status in (429, 500, 502, 503, 504):
-            headers = meta.get("HTTPHeaders", {})
-            retry_after = _retry_after(headers.get("retry-after"))
-            if retry_after is not None:
-                raise SinkBackpressureError(retry_after, text) from None
-            raise RetryableError(text) from None
-        raise DestinationError(text, location=location) from None
-
-    def _scrub(self, text: str) -> str:
-        """``text`` with any secret of ours replaced (servers may echo what they received)."""
-        return scrub(text, (self._secret_access_key, self._session_token))
 
     # -- Destination ----------------------------------------------------------------------------
 
@@ -366,12 +304,14 @@ class S3Destination(Destination):
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
         if self.region_name and self.region_name != "us-east-1":
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region_name}
-        try:
-            with self._sdk("CreateBucket"):
+        from botocore.exceptions import ClientError
+
+        with self._sdk("CreateBucket"):
+            try:
                 self._client.create_bucket(**kwargs)
-        except DestinationError as exc:
-            if "BucketAlreadyOwnedByYou" not in str(exc):
-                raise
+            except ClientError as exc:
+                if client_error_info(exc).code != "BucketAlreadyOwnedByYou":
+                    raise
 
     def write_bytes(self, key: str, data: bytes) -> None:
         full = self.object_key(key)
@@ -379,14 +319,12 @@ class S3Destination(Destination):
             self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
 
     def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
-        writer = _UploadWriter(self, self.object_key(key))
-        try:
-            produce(writer)  # type: ignore[arg-type]
-        except BaseException:
-            writer.abort()
-            raise
-        writer.close()
-        return writer.size
+        return upload_stream(
+            _Upload(self, self.object_key(key)),
+            produce,
+            part_size=PART_SIZE,
+            grow_every=_PARTS_PER_SIZE,
+        )
 
     def read_bytes(self, key: str) -> bytes:
         full = self.object_key(key)
@@ -451,9 +389,6 @@ class S3Destination(Destination):
                     # cast: boto3-stubs (when installed) type the response as a TypedDict
                     raise ClientError(cast(Any, {"Error": error}), "DeleteObjects")
 
-    def delete_prefix(self, prefix: str) -> None:
-        self.delete(self.list(prefix))
-
     def move(self, src: str, dst: str) -> None:
         source, target = self.object_key(src), self.object_key(dst)
         head = self._head(source)
@@ -505,139 +440,68 @@ class S3Destination(Destination):
             self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
+        full = self.object_key(key)
+        return _CONFLICT_POLICY.call(
+            lambda: self._put_if_absent(full, data), what=f"{self._location(full)}: PutObject"
+        )
+
+    def _put_if_absent(self, full: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
-        full = self.object_key(key)
-        # 409 ConditionalRequestConflict: another conditional write of this key is in
-        # flight; asked again, S3 answers 412 (the other one won) or 200.
-        for attempt in range(5):
-            with self._sdk("PutObject (If-None-Match: *)", full):
-                try:
-                    self._client.put_object(
-                        Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*"
-                    )
-                    return True
-                except ClientError as exc:
-                    code, status = _error_code(exc)
-                    if code == "PreconditionFailed" or status == 412:
-                        return False
-                    if code != "ConditionalRequestConflict" or attempt == 4:
-                        raise
-            time.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _error_code(exc: Any) -> tuple[str, int | None]:
-    """The error code and HTTP status of a botocore ClientError."""
-    meta = exc.response.get("ResponseMetadata", {})
-    status = meta.get("HTTPStatusCode")
-    return str(exc.response.get("Error", {}).get("Code") or status or ""), status
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (a number; HTTP dates are ignored)."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
-
-
-class _UploadWriter(io.RawIOBase):
-    """A write-only stream that uploads to S3 as it goes: parts of ``PART_SIZE`` and more
-    through a multipart upload, or one PutObject at close when the object is small.
-
-    At most one part is buffered. Until :meth:`close` completes the upload, the key is
-    not visible (nor replaced); :meth:`abort` drops what was uploaded.
-    """
-
-    def __init__(self, destination: S3Destination, full_key: str) -> None:
-        super().__init__()
-        self.destination = destination
-        self.key = full_key
-        self.size = 0
-        self._buffer = bytearray()
-        self._upload_id: str | None = None
-        self._parts: list[dict[str, Any]] = []
-        self._done = False
-
-    def writable(self) -> bool:
+        with self._sdk("PutObject (If-None-Match: *)", full):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*")
+            except ClientError as exc:
+                info = client_error_info(exc)
+                if info.code == "PreconditionFailed" or info.status == 412:
+                    return False
+                raise
         return True
 
-    def tell(self) -> int:
-        return self.size
 
-    def write(self, data: Any) -> int:
-        if self.closed or self._done:
-            raise ValueError("write to a closed S3 upload")
-        view = memoryview(data).cast("B")
-        self._buffer += view
-        self.size += len(view)
-        while len(self._buffer) >= self._part_size():
-            size = self._part_size()
-            self._upload_part(bytes(self._buffer[:size]))
-            del self._buffer[:size]
-        return len(view)
+class _Upload(UploadTarget):
+    """One object streamed to S3: one PutObject when small, else a multipart upload (its
+    parts uploaded in order); an aborted upload leaves nothing behind."""
 
-    def _part_size(self) -> int:
-        return PART_SIZE << (len(self._parts) // _PARTS_PER_SIZE)
+    def __init__(self, destination: S3Destination, full_key: str) -> None:
+        self.destination = destination
+        self.key = full_key
+        self.upload_id: str | None = None
 
-    def _upload_part(self, data: bytes) -> None:
-        dest, client = self.destination, self.destination._client
-        if self._upload_id is None:
-            with dest._sdk("CreateMultipartUpload", self.key):
-                self._upload_id = client.create_multipart_upload(Bucket=dest.bucket, Key=self.key)[
-                    "UploadId"
-                ]
-        number = len(self._parts) + 1
+    def put_whole(self, data: bytes) -> None:
+        dest = self.destination
+        with dest._sdk("PutObject", self.key):
+            dest._client.put_object(Bucket=dest.bucket, Key=self.key, Body=data)
+
+    def begin(self) -> None:
+        dest = self.destination
+        with dest._sdk("CreateMultipartUpload", self.key):
+            answer = dest._client.create_multipart_upload(Bucket=dest.bucket, Key=self.key)
+        self.upload_id = answer["UploadId"]
+
+    def put_part(self, number: int, data: bytes) -> dict[str, Any]:
+        dest = self.destination
         with dest._sdk("UploadPart", self.key):
-            answer = client.upload_part(
+            answer = dest._client.upload_part(
                 Bucket=dest.bucket,
                 Key=self.key,
-                UploadId=self._upload_id,
+                UploadId=self.upload_id,
                 PartNumber=number,
                 Body=data,
             )
-        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+        return {"PartNumber": number, "ETag": answer["ETag"]}
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            if not self._done:
-                self._finish()
-        except BaseException:
-            self.abort()
-            raise
-        finally:
-            super().close()
-
-    def _finish(self) -> None:
+    def complete(self, parts: list[Any], size: int) -> None:
         dest = self.destination
-        if self._upload_id is None:
-            with dest._sdk("PutObject", self.key):
-                dest._client.put_object(Bucket=dest.bucket, Key=self.key, Body=bytes(self._buffer))
-        else:
-            if self._buffer:
-                self._upload_part(bytes(self._buffer))
-            with dest._sdk("CompleteMultipartUpload", self.key):
-                dest._client.complete_multipart_upload(
-                    Bucket=dest.bucket,
-                    Key=self.key,
-                    UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts},
-                )
-        self._buffer = bytearray()
-        self._done = True
+        with dest._sdk("CompleteMultipartUpload", self.key):
+            dest._client.complete_multipart_upload(
+                Bucket=dest.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
+            )
 
     def abort(self) -> None:
-        """Drop the upload: nothing becomes visible."""
-        self._done = True
-        self._buffer = bytearray()
-        if self._upload_id is not None:
-            self.destination._abort_upload(self.key, self._upload_id)
-            self._upload_id = None
-        if not self.closed:
-            super().close()
+        if self.upload_id is not None:
+            self.destination._abort_upload(self.key, self.upload_id)
+            self.upload_id = None

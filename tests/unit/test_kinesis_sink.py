@@ -21,13 +21,14 @@ from quixsinks.core.errors import (
 )
 from quixsinks.core.sink import Task
 from quixsinks.sinks.kinesis import KinesisOptions, KinesisSink, KinesisStreamNotFoundError
-from quixsinks.sinks.kinesis.requests import (
+from quixsinks.sinks.kinesis.client import refused, translate
+from quixsinks.sinks.kinesis.wire import (
     MAX_HASH_KEY,
     MAX_RECORD_BYTES,
     entry_size,
     find_problems,
+    layers,
 )
-from quixsinks.sinks.kinesis.sink import _layers, translate
 
 SECRET = "s3cret-kinesis-key"
 
@@ -56,9 +57,9 @@ TABLE = pa.table({"key": [b"a", b"b", b"a"], "id": [1, 2, 1], "name": ["x", "y",
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        ({"records_per_request": "501"}, "at most 500"),
-        ({"data_column": "d", "value_serializer": "json:dumps"}, "at most one"),
-        ({"partition_key_column": "k", "key_serializer": "json:dumps"}, "at most one"),
+        ({"records_per_request": "501"}, "<= 500"),
+        ({"data_column": "d", "value_serializer": "json:dumps"}, "exclude each other"),
+        ({"partition_key_column": "k", "key_serializer": "json:dumps"}, "exclude each other"),
         ({"dedupe_id": "field", "data_column": "d"}, "dedupe_id=prefix or none"),
         ({"value_serializer": "json.dumps"}, "import path"),
         ({"stream_name": " "}, "non-empty string"),
@@ -211,13 +212,13 @@ def test_entry_size_counts_the_partition_key_bytes() -> None:
 
 def test_ordered_layers_hold_each_key_once_in_order() -> None:
     items = [{"PartitionKey": k, "Data": str(i).encode()} for i, k in enumerate("aabacb")]
-    layers = _layers(items)
-    assert [[e["PartitionKey"] for e in layer] for layer in layers] == [
+    split = layers(items)
+    assert [[e["PartitionKey"] for e in layer] for layer in split] == [
         ["a", "b", "c"],
         ["a", "b"],
         ["a"],
     ]
-    assert [e["Data"] for e in layers[0]] == [b"0", b"2", b"4"]
+    assert [e["Data"] for e in split[0]] == [b"0", b"2", b"4"]
 
 
 def _client_error(code: str, status: int = 400, message: str = "m") -> Exception:
@@ -277,7 +278,9 @@ def test_a_timeout_is_retryable_and_names_its_option() -> None:
 
 
 def test_refused_entries_are_resent_and_kms_failures_are_permanent() -> None:
-    sink = KinesisSink(options())
+    def _refused(answer: dict[str, Any], sent: int) -> list[int]:
+        return refused(answer, sent, where="kinesis stream 's'", stream="s")
+
     answer = {
         "FailedRecordCount": 2,
         "Records": [
@@ -286,9 +289,9 @@ def test_refused_entries_are_resent_and_kms_failures_are_permanent() -> None:
             {"ErrorCode": "InternalFailure"},
         ],
     }
-    assert sink._refused(answer, 3) == [1, 2]
+    assert _refused(answer, 3) == [1, 2]
     with pytest.raises(RetryableError, match="2 results for 3"):
-        sink._refused({"FailedRecordCount": 0, "Records": [{}, {}]}, 3)
+        _refused({"FailedRecordCount": 0, "Records": [{}, {}]}, 3)
     kms = {"FailedRecordCount": 1, "Records": [{"ErrorCode": "KMSDisabledException"}]}
     with pytest.raises(DestinationError, match="KMSDisabledException"):
-        sink._refused(kms, 1)
+        _refused(kms, 1)

@@ -3,7 +3,8 @@
 See docs/sinks/kinesis.md. Needs ``pip install 'quixsinks[kinesis]'``.
 """
 
+from .client import KinesisStreamNotFoundError
 from .options import KinesisOptions
-from .sink import KinesisSink, KinesisStreamNotFoundError
+from .sink import KinesisSink
 
 __all__ = ["KinesisOptions", "KinesisSink", "KinesisStreamNotFoundError"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -15,15 +14,17 @@ __all__ = ["DedupeIdMode", "KinesisOptions"]
 #: where a record's dedupe id goes (see docs/sinks/kinesis.md, "Dedupe ids")
 DedupeIdMode = Literal["auto", "field", "prefix", "none"]
 
-#: Kinesis's stream name pattern (matched whole: ``$`` would let a trailing newline through)
-_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+#: Kinesis's stream name pattern
+_STREAM_NAME = r"[a-zA-Z0-9_.-]{1,128}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class KinesisOptions(CommonOptions):
     sink_name: ClassVar[str] = "kinesis"
 
-    stream_name: str = option(doc="The Kinesis data stream to put records into")
+    stream_name: str = option(
+        pattern=_STREAM_NAME, doc="The Kinesis data stream to put records into"
+    )
     aws_access_key_id: str | None = option(
         None,
         env="AWS_ACCESS_KEY_ID",
@@ -51,19 +52,24 @@ class KinesisOptions(CommonOptions):
     )
     data_column: str | None = option(
         None,
+        one_of="data",
         doc="Send this column as each record's data as it is (bytes, or text as UTF-8); "
         "default: a JSON object of the value columns (Quix's json.dumps)",
     )
     value_serializer: str | None = option(
         None,
+        one_of="data",
         doc="Import path (module:function) called per row on the value dict, returning str "
         "or bytes (default: JSON, built vectorised)",
     )
     partition_key_column: str | None = option(
-        None, doc="Column holding each record's partition key; default: the key column"
+        None,
+        one_of="key",
+        doc="Column holding each record's partition key; default: the key column",
     )
     key_serializer: str | None = option(
         None,
+        one_of="key",
         doc="Import path (module:function) called per row on the key, returning str (default: "
         "the key as text, bytes decoded as UTF-8, as Quix's bytes.decode)",
     )
@@ -98,7 +104,10 @@ class KinesisOptions(CommonOptions):
     )
     max_inflight: int = option(4, minimum=1, doc="PutRecords requests in flight at once per task")
     records_per_request: int = option(
-        500, minimum=1, doc="Records per PutRecords request (Kinesis allows at most 500)"
+        500,
+        minimum=1,
+        maximum=500,
+        doc="Records per PutRecords request (Kinesis allows at most 500)",
     )
     request_timeout_seconds: float = option(
         30.0,
@@ -108,33 +117,6 @@ class KinesisOptions(CommonOptions):
 
     def validate(self) -> None:
         super().validate()
-        if not self.stream_name.strip():
-            raise OptionError("kinesis: 'stream_name' is empty", option="stream_name")
-        if not _STREAM_NAME.fullmatch(self.stream_name):
-            raise OptionError(
-                f"kinesis: 'stream_name' {self.stream_name!r} is not a Kinesis stream name "
-                "(1 to 128 letters, digits, '_', '.' and '-')",
-                option="stream_name",
-                value=self.stream_name,
-            )
-        if self.records_per_request > 500:
-            raise OptionError(
-                f"kinesis: 'records_per_request' is {self.records_per_request}; PutRecords "
-                "takes at most 500 records",
-                option="records_per_request",
-                value=self.records_per_request,
-                allowed="1..500",
-            )
-        if self.data_column is not None and self.value_serializer is not None:
-            raise OptionError(
-                "kinesis: give at most one of 'data_column' and 'value_serializer'",
-                option="value_serializer",
-            )
-        if self.partition_key_column is not None and self.key_serializer is not None:
-            raise OptionError(
-                "kinesis: give at most one of 'partition_key_column' and 'key_serializer'",
-                option="key_serializer",
-            )
         if self.dedupe_id == "field" and (self.data_column or self.value_serializer):
             raise OptionError(
                 "kinesis: dedupe_id=field adds a member to the JSON object the sink builds; "
@@ -144,8 +126,6 @@ class KinesisOptions(CommonOptions):
                 value=self.dedupe_id,
                 allowed=("auto", "prefix", "none"),
             )
-        if not self.dedupe_id_field:
-            raise OptionError("kinesis: 'dedupe_id_field' is empty", option="dedupe_id_field")
         for name in ("key_serializer", "value_serializer"):
             check_import_path(getattr(self, name), option_name=name)
 

@@ -1,0 +1,330 @@
+"""Arrow rows to Kinesis PutRecords entries: data, partition keys, dedupe ids, limits.
+
+:func:`encode` turns a batch into entries: each record's data (a JSON object of the value
+columns built in Arrow, a column as it is, or a value serializer's bytes), its partition key
+(the key column as text, another column, or a key serializer's text), an optional explicit
+hash key, and a deterministic dedupe id (``core.delivery.DedupeIds``) placed in the JSON
+object or before the data. :func:`layers` splits entries for ``ordered`` delivery. Pure
+functions: no client, no server.
+
+Kinesis refuses a whole PutRecords call when one of its records breaks a limit, and the
+answer does not say which record; so every record is checked here first, vectorised in
+Arrow, and the first one that breaks a limit is named by its row (or the offenders are
+skipped and counted, by option). The limits are the strictest of the real service's:
+
+- a request: at most 500 records and 5 MiB (data and partition keys together);
+- a record: at most 1 MiB, its data and its partition key (UTF-8 bytes) together;
+- a partition key: 1 to 256 Unicode characters;
+- an explicit hash key: a decimal integer from 0 to 2^128 - 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quixsinks.core.arrow import first_null, first_true
+from quixsinks.core.batch import SinkBatch
+from quixsinks.core.delivery import DedupeIds, kafka_coordinates
+from quixsinks.core.errors import RecordError
+from quixsinks.core.formats import csv_keys, json_objects
+from quixsinks.core.options import load_callable
+
+from .options import KinesisOptions
+
+__all__ = [
+    "MAX_HASH_KEY",
+    "MAX_KEY_CHARS",
+    "MAX_RECORDS",
+    "MAX_RECORD_BYTES",
+    "MAX_REQUEST_BYTES",
+    "Problem",
+    "encode",
+    "entry_size",
+    "find_problems",
+    "hash_key_text",
+    "layers",
+]
+
+MAX_RECORDS = 500
+MAX_REQUEST_BYTES = 5 * 1024 * 1024
+MAX_RECORD_BYTES = 1024 * 1024
+MAX_KEY_CHARS = 256
+MAX_HASH_KEY = 2**128 - 1
+_MAX_HASH_DIGITS = len(str(MAX_HASH_KEY))  # 39
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The records of a batch that Kinesis would refuse.
+
+    Attributes:
+        mask: True for each record that breaks a limit.
+        count: how many do.
+        row: the first one's index.
+        reason: why the first one is refused, for a message.
+    """
+
+    mask: pa.Array
+    count: int
+    row: int
+    reason: str
+
+
+def entry_size(entry: dict[str, Any]) -> int:
+    """What a PutRecords entry counts against the request and record limits."""
+    return len(entry["Data"]) + len(entry["PartitionKey"].encode())
+
+
+def hash_key_text(column: pa.Array) -> pa.Array:
+    """An explicit hash key column as decimal text (null stays null: no explicit key)."""
+    t = column.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pc.utf8_trim_whitespace(pc.cast(column, pa.string()))
+    if pa.types.is_integer(t):
+        return pc.cast(column, pa.string())
+    if pa.types.is_decimal(t) and t.scale == 0:
+        return pc.cast(column, pa.string())
+    raise TypeError(f"an explicit hash key must be text or an integer, not {t}")
+
+
+def find_problems(data: pa.Array, keys: pa.Array, hash_keys: pa.Array | None) -> Problem | None:
+    """Check every record against Kinesis's limits; None when all pass.
+
+    Args:
+        data: binary, each record's data (no nulls).
+        keys: string, each record's partition key (no nulls).
+        hash_keys: string decimal explicit hash keys (null: none), or None.
+    """
+    key_bytes = pc.binary_length(pc.cast(keys, pa.binary()))
+    size = pc.add(pc.binary_length(data), key_bytes)
+    too_big = pc.greater(size, MAX_RECORD_BYTES)
+    key_chars = pc.utf8_length(keys)
+    bad_key = pc.or_(pc.less(key_chars, 1), pc.greater(key_chars, MAX_KEY_CHARS))
+    checks: list[tuple[pa.Array, str]] = [(too_big, "size"), (bad_key, "key")]
+    if hash_keys is not None:
+        checks.append((_bad_hash_keys(hash_keys), "hash"))
+    mask = checks[0][0]
+    for other, _ in checks[1:]:
+        mask = pc.or_(mask, other)
+    mask = pc.fill_null(mask, False)
+    count = int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+    if not count:
+        return None
+    row = first_true(mask)
+    assert row is not None
+    reasons = []
+    for check, kind in checks:
+        if check[row].as_py():
+            if kind == "size":
+                reasons.append(
+                    f"the record is {size[row].as_py()} bytes with its partition key; Kinesis "
+                    f"takes at most {MAX_RECORD_BYTES} (1 MiB)"
+                )
+            elif kind == "key":
+                reasons.append(
+                    f"its partition key has {key_chars[row].as_py()} characters; Kinesis takes "
+                    f"1 to {MAX_KEY_CHARS}"
+                )
+            else:
+                shown = hash_keys[row].as_py() if hash_keys is not None else None
+                reasons.append(
+                    f"its explicit hash key {_clip(shown)!r} is not a decimal integer from 0 to "
+                    "2^128-1"
+                )
+    return Problem(mask, count, row, "; ".join(reasons))
+
+
+def _bad_hash_keys(hash_keys: pa.Array) -> pa.Array:
+    """True where an explicit hash key is given and is not a decimal in 0..2^128-1."""
+    digits = pc.match_substring_regex(hash_keys, r"^[0-9]{1,39}$")
+    bad = pc.invert(pc.fill_null(digits, True))
+    # 39 digits may still pass 2^128-1: compare those few as Python integers
+    long = pc.fill_null(
+        pc.and_(digits, pc.equal(pc.utf8_length(hash_keys), _MAX_HASH_DIGITS)), False
+    )
+    if pc.any(long).as_py():
+        over = [
+            bool(is_long) and int(text) > MAX_HASH_KEY
+            for is_long, text in zip(long.to_pylist(), hash_keys.to_pylist(), strict=True)
+        ]
+        bad = pc.or_(bad, pa.array(over, pa.bool_()))
+    return pc.fill_null(bad, False)
+
+
+def _clip(text: str | None, limit: int = 60) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + "..."
+
+
+# -- rows to entries ---------------------------------------------------------------------
+
+
+def encode(
+    batch: SinkBatch,
+    options: KinesisOptions,
+    *,
+    key_column: str | None,
+    kafka: bool,
+    dedupe: DedupeIds,
+    row0: int = 0,
+) -> tuple[list[dict[str, Any]], Problem | None]:
+    """The PutRecords entries of a batch (limits checked, dedupe ids placed), and the
+    records skipped for breaking a limit (``invalid_records=skip``), if any.
+
+    Args:
+        key_column: the column of partition keys (None: every key is null).
+        kafka: the rows carry Kafka coordinates; the dedupe ids are keyed by them.
+        row0: the task's row number of the batch's first row, for messages.
+
+    Raises:
+        RecordError: a row breaks a rule and the options say to fail.
+    """
+    data = _data(batch, options)
+    keys = _keys(batch, options, key_column)
+    hash_keys = (
+        hash_key_text(batch.column(options.explicit_hash_key_column))
+        if options.explicit_hash_key_column
+        else None
+    )
+
+    # the dedupe id covers the record's content (data, key, hash key); for Kafka input
+    # it is keyed by the record's topic, partition and offset, else by its position
+    parts: list[Any] = [data, b"\x00", pc.cast(pc.fill_null(keys, ""), pa.binary())]
+    if hash_keys is not None:
+        parts += [b"\x00", pc.cast(pc.fill_null(hash_keys, ""), pa.binary())]
+    content = pc.binary_join_element_wise(*parts, b"")
+    coordinates = kafka_coordinates(batch) if kafka else None
+    ids = pa.array(dedupe.ids(content.to_pylist(), coordinates), pa.string())
+
+    null_row = first_null(keys)
+    if null_row is not None:
+        if options.null_partition_keys == "error":
+            raise RecordError(
+                f"kinesis: row {row0 + null_row} of batch {batch.batch_id} partition "
+                f"{batch.partition_id} has a null partition key (column "
+                f"{key_column!r}); set null_partition_keys=dedupe_id to use the "
+                "record's dedupe id as its partition key",
+                column=key_column,
+                row=row0 + null_row,
+            )
+        keys = pc.coalesce(keys, ids)
+
+    placement = options.dedupe_placement
+    if placement == "prefix":
+        data = pc.binary_join_element_wise(pc.cast(ids, pa.binary()), b" ", data, b"")
+    elif placement == "field":
+        data = _with_field(data, ids, options.dedupe_id_field)
+
+    problem = find_problems(data, keys, hash_keys)
+    if problem is not None:
+        if options.invalid_records == "error":
+            key = keys[problem.row].as_py()
+            shown = key if len(key) <= 60 else key[:60] + "..."
+            raise RecordError(
+                f"kinesis: row {row0 + problem.row} of batch {batch.batch_id} partition "
+                f"{batch.partition_id} (partition key {shown!r}) cannot be put: "
+                f"{problem.reason}. {problem.count} record(s) of this batch break a limit; "
+                "set invalid_records=skip to skip and count them",
+                row=row0 + problem.row,
+            )
+        keep = pc.invert(problem.mask)
+        data, keys = data.filter(keep), keys.filter(keep)
+        hash_keys = hash_keys.filter(keep) if hash_keys is not None else None
+
+    out: list[dict[str, Any]] = [
+        {"Data": d, "PartitionKey": k}
+        for d, k in zip(data.to_pylist(), keys.to_pylist(), strict=True)
+    ]
+    if hash_keys is not None:
+        for entry, h in zip(out, hash_keys.to_pylist(), strict=True):
+            if h is not None:
+                entry["ExplicitHashKey"] = h
+    return out, problem
+
+
+def _data(batch: SinkBatch, options: KinesisOptions) -> pa.Array:
+    """Each record's data, binary, no nulls."""
+    if options.data_column is not None:
+        column = batch.column(options.data_column)
+        row = first_null(column)
+        if row is not None:
+            raise RecordError(
+                f"kinesis: 'data_column' {options.data_column!r} is null in row {row} of batch "
+                f"{batch.batch_id} partition {batch.partition_id}; a record needs data",
+                column=options.data_column,
+                row=row,
+            )
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        return pc.cast(pc.cast(column, pa.large_binary()), pa.binary())
+    if options.value_serializer is not None:
+        fn = load_callable(options.value_serializer, option_name="value_serializer")
+        return _as_bytes([fn(v) for v in batch.values().to_pylist()], "value_serializer")
+    values = batch.values()
+    if values.num_columns == 0:
+        return pa.array([b"{}"] * batch.num_rows, pa.binary())
+    return pc.cast(json_objects(values), pa.binary())
+
+
+def _keys(batch: SinkBatch, options: KinesisOptions, key_column: str | None) -> pa.Array:
+    """Each record's partition key as text (null where the row has none)."""
+    if key_column is None:
+        return pa.nulls(batch.num_rows, pa.string())
+    column = batch.column(key_column)
+    if options.key_serializer is not None:
+        fn = load_callable(options.key_serializer, option_name="key_serializer")
+        texts = []
+        for key in column.to_pylist():
+            text = None if key is None else fn(key)
+            if text is not None and not isinstance(text, str):
+                raise RecordError(
+                    f"kinesis: 'key_serializer' returned {type(text).__name__}; it must "
+                    "return str (a partition key is text)"
+                )
+            texts.append(text)
+        return pa.array(texts, pa.string())
+    return csv_keys(column)
+
+
+def _with_field(data: pa.Array, ids: pa.Array, name: str) -> pa.Array:
+    """``{"<name>":"<id>",...rest}`` from each JSON object ``{...rest}``."""
+    head = ("{" + json.dumps(name, ensure_ascii=False) + ':"').encode()
+    # after the "{" (the sink's own JSON: valid UTF-8)
+    rest = pc.cast(pc.utf8_slice_codeunits(pc.cast(data, pa.string()), 1), pa.binary())
+    empty = pc.equal(rest, pa.scalar(b"}", pa.binary()))
+    tail = pc.if_else(empty, rest, pc.binary_join_element_wise(b",", rest, b""))
+    return pc.binary_join_element_wise(head, pc.cast(ids, pa.binary()), b'"', tail, b"")
+
+
+def _as_bytes(values: list[Any], option: str) -> pa.Array:
+    out: list[bytes] = []
+    for value in values:
+        if isinstance(value, bytes):
+            out.append(value)
+        elif isinstance(value, str):
+            out.append(value.encode())
+        else:
+            raise RecordError(
+                f"kinesis: {option!r} returned {type(value).__name__}; it must return str or bytes"
+            )
+    return pa.array(out, pa.binary())
+
+
+def layers(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Entries split so that each layer holds at most one record per partition key, and a
+    key's n-th record is in layer n: a layer goes once the one before has fully landed."""
+    seen: dict[str, int] = {}
+    out: list[list[dict[str, Any]]] = []
+    for entry in entries:
+        depth = seen.get(entry["PartitionKey"], 0)
+        seen[entry["PartitionKey"]] = depth + 1
+        if depth == len(out):
+            out.append([])
+        out[depth].append(entry)
+    return out
