@@ -69,6 +69,7 @@ def option(
     maximum: float | None = None,
     positive: bool = False,
     pattern: str | None = None,
+    pattern_name: str | None = None,
     one_of: str | None = None,
 ) -> Any:
     """Declare an option field.
@@ -86,6 +87,8 @@ def option(
             "wait forever" to some client libraries, so it is refused).
         pattern: a regular expression a string value must match as a whole (each item of
             a list option too).
+        pattern_name: what the pattern means, in words, for the refusal (``"a Kinesis
+            stream name: 1-128 letters, digits, '_', '-' and '.'"``).
         one_of: a group name shared by options that exclude each other: giving two of
             them is refused before any data moves, naming both.
     """
@@ -100,6 +103,7 @@ def option(
         "maximum": maximum,
         "positive": positive,
         "pattern": pattern,
+        "pattern_name": pattern_name,
         "one_of": one_of,
     }
     if isinstance(default, (list, dict, set)):
@@ -125,6 +129,7 @@ class OptionSpec:
     maximum: float | None = None
     pattern: str | None = None
     one_of: str | None = None
+    pattern_name: str | None = None
 
     @property
     def is_secret(self) -> bool:
@@ -297,6 +302,7 @@ class SinkOptions:
                     maximum=f.metadata.get("maximum"),
                     pattern=f.metadata.get("pattern"),
                     one_of=f.metadata.get("one_of"),
+                    pattern_name=f.metadata.get("pattern_name"),
                 )
             )
         return result
@@ -503,7 +509,7 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
 
 def _check_pattern(spec: OptionSpec, value: str, bad: Callable[..., OptionError]) -> None:
     if spec.pattern is not None and re.fullmatch(spec.pattern, value) is None:
-        raise bad(f"a value matching {spec.pattern!r}", spec.pattern)
+        raise bad(spec.pattern_name or f"a value matching {spec.pattern!r}", spec.pattern)
 
 
 def _check_range(spec: OptionSpec, number: float, shown: str) -> None:

@@ -231,7 +231,7 @@ def test_kinesis_partition_keys(spark: Any, kinesis_sink: dict[str, Any]) -> Non
     fails_before_any_task(
         spark,
         lambda: save(bad, "kinesis", {**kinesis_sink["options"], "stream_name": "a/../b"}),
-        r"stream_name.*expected a value matching",
+        r"stream_name.*expected a Kinesis stream name",
     )
 
 

@@ -561,7 +561,7 @@ def test_pubsub_attribute_columns_with_names_pubsub_refuses_are_option_errors() 
 
 @pytest.mark.parametrize("name", ["events\n", "a/b", "a b", "x" * 129, "ü"])
 def test_kinesis_stream_names_outside_the_pattern_are_option_errors(name: str) -> None:
-    with pytest.raises(OptionError, match=r"stream_name.*expected a value matching") as error:
+    with pytest.raises(OptionError, match=r"stream_name.*expected a Kinesis stream name") as error:
         KinesisOptions.from_options({"stream_name": name, "region_name": "us-east-1"})
     assert error.value.value == name
 

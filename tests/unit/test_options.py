@@ -467,6 +467,7 @@ class LimitedOptions(SinkOptions):
 
     port: int = option(5432, minimum=1, maximum=65535, doc="Port")
     name: str = option("t", pattern=r"[a-z_][a-z0-9_]*", doc="An identifier")
+    table: str = option("t", pattern=r"[a-z]+", pattern_name="a table name", doc="A table")
     names: tuple[str, ...] = option((), pattern=r"[a-z]+", doc="Identifiers")
     token: str | None = option(None, one_of="credentials", doc="A token")
     key_file: str | None = option(None, one_of="credentials", doc="A key file")
@@ -488,6 +489,11 @@ def test_pattern_must_match_the_whole_value_and_each_list_item() -> None:
         LimitedOptions.from_options({"name": "ok; drop"})
     with pytest.raises(OptionError, match=r"option 'names' has value 'a,B'"):
         LimitedOptions.from_options({"names": "a,B"})
+
+
+def test_a_pattern_can_say_in_words_what_it_expects() -> None:
+    with pytest.raises(OptionError, match=r"option 'table' has value 'T1', expected a table name$"):
+        LimitedOptions.from_options({"table": "T1"})
 
 
 def test_options_of_one_group_exclude_each_other() -> None:

@@ -23,7 +23,9 @@ class KinesisOptions(CommonOptions):
     sink_name: ClassVar[str] = "kinesis"
 
     stream_name: str = option(
-        pattern=_STREAM_NAME, doc="The Kinesis data stream to put records into"
+        pattern=_STREAM_NAME,
+        pattern_name="a Kinesis stream name (1-128 letters, digits, '_', '-' or '.')",
+        doc="The Kinesis data stream to put records into",
     )
     aws_access_key_id: str | None = option(
         None,
