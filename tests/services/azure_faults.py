@@ -124,7 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         conn = http.client.HTTPConnection(*self.owner.backend, timeout=60)
         try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            # Content-Length is set below: a client's own (any case) would be sent twice
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"
+            }
             if body or self.command in ("PUT", "POST"):
                 headers["Content-Length"] = str(len(body))
             conn.request(self.command, self.path, body=body or None, headers=headers)
