@@ -18,8 +18,7 @@ import pytest
 
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.sink import CommitContext, Receipt, Task
-from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink
-from quixsinks.sinks.postgresql import sink as sink_module
+from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink, ddl
 
 from .streams import run_available_now, write_input_files
 from .test_postgresql import query, staging_tables
@@ -167,8 +166,8 @@ def test_a_column_dropped_behind_the_sinks_back_is_added_again(
 def test_the_ensured_tables_cache_is_bounded(
     pg: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ensured = sink_module.EnsuredTables(max_size=3)
-    monkeypatch.setattr(sink_module, "_ENSURED", ensured)
+    ensured = ddl.EnsuredTables(max_size=3)
+    monkeypatch.setattr(ddl, "ENSURED", ensured)
     names = [f"t{i}" for i in range(10)]
     rows = pa.table({"kind": names, "n": list(range(10))})
     write(pg, rows, table_name_column="kind")
