@@ -51,7 +51,15 @@ from .wire import CopyData, copy_data, delete_flags
 if TYPE_CHECKING:
     from .sink import PostgreSQLSink
 
-__all__ = ["DirectMode", "PreparedMode", "StagedRows", "StagingMode", "WriteMode", "write_mode"]
+__all__ = [
+    "DirectMode",
+    "Load",
+    "PreparedMode",
+    "StagedRows",
+    "StagingMode",
+    "WriteMode",
+    "write_mode",
+]
 
 
 @dataclass
@@ -61,6 +69,21 @@ class StagedRows:
     tables: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: write_mode=prepared: the prepared transaction holding these rows
     prepared: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Load:
+    """One target table's share of a SinkBatch: the rows (all, or the indices ``rows``)
+    and the columns the table takes."""
+
+    batch: SinkBatch
+    table: TableSchema
+    columns: list[Column]
+    rows: pa.Array | None
+
+    @property
+    def count(self) -> int:
+        return len(self.rows) if self.rows is not None else self.batch.num_rows
 
 
 class WriteMode:
@@ -86,19 +109,11 @@ class WriteMode:
         """Scratch state of one write (kept across its retries), for :meth:`loaded`."""
         return {}
 
-    def load(
-        self,
-        cur: Any,
-        batch: SinkBatch,
-        table: TableSchema,
-        columns: list[Column],
-        rows: pa.Array | None,
-        scratch: dict[str, Any],
-    ) -> str:
-        """COPY the rows (all, or the indices ``rows``) for ``table``; where they went."""
-        target = import_psycopg2().sql.Identifier(table.schema, table.name)
-        copy_into(cur, target, self._encode(batch, columns, rows, None))
-        return table.name
+    def load(self, cur: Any, load: Load, scratch: dict[str, Any]) -> str:
+        """COPY the rows of ``load``; the table they went to."""
+        target = import_psycopg2().sql.Identifier(load.table.schema, load.table.name)
+        copy_into(cur, target, self._encode(load))
+        return load.table.name
 
     def seal(self, cur: Any, batch: SinkBatch, staged: StagedRows) -> None:
         """The last statement of the task's transaction, before its COMMIT."""
@@ -114,13 +129,19 @@ class WriteMode:
 
     # ------------------------------------------------------------------ shared
 
-    def _encode(
-        self, batch: SinkBatch, columns: list[Column], rows: pa.Array | None, first_row: int | None
-    ) -> CopyData:
-        opts = self.options
+    def _encode(self, load: Load, *, numbered: bool = False) -> CopyData:
+        """The COPY payload of ``load``; ``numbered``: for a staging table (each row's
+        number for upsert, counted as staged)."""
+        opts, batch = self.options, load.batch
+        first_row = None
+        if numbered and opts.upsert_on_primary_key:  # the last row of a key wins
+            first_row = batch.counters.get("staged_rows", 0)
         delete = delete_flags(batch, opts.delete_column) if opts.delete_column else None
         binary = opts.copy_format == "binary"
-        return copy_data(batch, columns, rows, first_row, delete=delete, binary=binary)
+        data = copy_data(batch, load.columns, load.rows, first_row, delete=delete, binary=binary)
+        if numbered:
+            batch.count("staged_rows", load.count)
+        return data
 
     def _extra_columns(self) -> list[tuple[str, str]]:
         """The bookkeeping columns of a staging table: row order, delete flag."""
@@ -128,10 +149,6 @@ class WriteMode:
         if self.options.delete_column is not None:
             extra.append((DELETE_COLUMN, "boolean"))
         return extra
-
-    def _first_row(self, batch: SinkBatch) -> int | None:
-        """The number of the batch's first row (upsert: the last row of a key wins)."""
-        return batch.counters.get("staged_rows", 0) if self.options.upsert_on_primary_key else None
 
     def _prune(self, cur: Any, context: CommitContext) -> None:
         """Old ledger rows of this sink id; staging tables nobody will commit."""
@@ -243,28 +260,18 @@ class DirectMode(WriteMode):
     """COPY straight into the target (at-least-once: a replayed micro-batch is written
     again, unless upsert or do-nothing absorbs the repeat); nothing to commit."""
 
-    def load(
-        self,
-        cur: Any,
-        batch: SinkBatch,
-        table: TableSchema,
-        columns: list[Column],
-        rows: pa.Array | None,
-        scratch: dict[str, Any],
-    ) -> str:
-        opts = self.options
+    def load(self, cur: Any, load: Load, scratch: dict[str, Any]) -> str:
+        opts, table = self.options, load.table
         if not (opts.upsert_on_primary_key or opts.on_conflict_do_nothing):
-            return super().load(cur, batch, table, columns, rows, scratch)
+            return super().load(cur, load, scratch)
         # upsert/do-nothing: through a temporary table and INSERT ... ON CONFLICT
-        data = self._encode(batch, columns, rows, self._first_row(batch))
-        batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
+        data = self._encode(load, numbered=True)
         digest = hashlib.sha1(str(table).encode()).hexdigest()[:16]
         temp = import_psycopg2().sql.Identifier("_qs_direct_" + digest)
-        ddl.create_stage(
-            cur, temp, columns, extra=self._extra_columns(), exists=False, temporary=True
-        )
+        extra = self._extra_columns()
+        ddl.create_stage(cur, temp, load.columns, extra=extra, exists=False, temporary=True)
         copy_into(cur, temp, data)
-        cur.execute(insert_select(opts, table, [(temp, 0)], [c.name for c in columns]))
+        cur.execute(insert_select(opts, table, [(temp, 0)], [c.name for c in load.columns]))
         return table.name
 
 
@@ -277,29 +284,21 @@ class StagingMode(WriteMode):
         chunk = batch.task.state.get("chunks", 0) + 1 if batch.task is not None else None
         return {"chunk": chunk, "created": {}}
 
-    def load(
-        self,
-        cur: Any,
-        batch: SinkBatch,
-        table: TableSchema,
-        columns: list[Column],
-        rows: pa.Array | None,
-        scratch: dict[str, Any],
-    ) -> str:
+    def load(self, cur: Any, load: Load, scratch: dict[str, Any]) -> str:
         """COPY the rows into this attempt's staging table (UNLOGGED, holding only
         ``columns``: the rows move with an explicit column list, so the target's defaults,
         identities and generated columns apply to the others); its name. The SinkBatch
         number is claimed in the staging registry in the same transaction as the COPY: a
         claimed number means these rows are staged already."""
         sql = import_psycopg2().sql
-        ctx = batch.context
+        table, ctx = load.table, load.batch.context
         stage = stage_table_name(ctx.sink_id, ctx.batch_id, table, ctx.attempt_id)
         ident = sql.Identifier(table.schema, stage)
-        known = _stages_made(batch).get(stage)
-        wanted = {c.name for c in columns}
+        known = _stages_made(load.batch).get(stage)
+        wanted = {c.name for c in load.columns}
         if known is None or not wanted <= known:
             extra = self._extra_columns()
-            ddl.create_stage(cur, ident, columns, extra=extra, exists=known is not None)
+            ddl.create_stage(cur, ident, load.columns, extra=extra, exists=known is not None)
             cur.execute(
                 sql.SQL(
                     "INSERT INTO {} (table_name, sink_id) VALUES (%s, %s) ON CONFLICT DO NOTHING"
@@ -316,9 +315,7 @@ class StagingMode(WriteMode):
                 stage,
             )
             return stage
-        data = self._encode(batch, columns, rows, self._first_row(batch))
-        batch.count("staged_rows", len(rows) if rows is not None else batch.num_rows)
-        copy_into(cur, ident, data)
+        copy_into(cur, ident, self._encode(load, numbered=True))
         return stage
 
     def loaded(self, batch: SinkBatch, scratch: dict[str, Any]) -> None:

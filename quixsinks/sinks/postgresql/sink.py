@@ -64,7 +64,7 @@ from .client import (
     task_connection,
     translate,
 )
-from .modes import StagedRows, WriteMode, write_mode
+from .modes import Load, StagedRows, WriteMode, write_mode
 from .options import PostgreSQLOptions
 from .schema import Column, TableSchema, check_not_null, column_plan
 from .wire import discard, route
@@ -268,9 +268,8 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     if rows is not None and len(rows) == 0:
                         continue
                 table = TableSchema(self.options.schema_name, table_name)
-                stage = self.mode.load(cur, batch, table, kept, rows, scratch)
-                count = len(rows) if rows is not None else batch.num_rows
-                staged.tables[table_name] = (stage, count)
+                load = Load(batch, table, kept, rows)
+                staged.tables[table_name] = (self.mode.load(cur, load, scratch), load.count)
             self.mode.seal(cur, batch, staged)
         conn.commit()
         return staged
