@@ -203,8 +203,10 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         conn = task_connection(self.options, task)
         try:
             with conn.cursor() as cur:
-                ledger.check(cur, self.options, task.context.sink_id, task.context.query_id)
-            conn.rollback()
+                try:
+                    ledger.check(cur, self.options, task.context.sink_id, task.context.query_id)
+                finally:
+                    conn.rollback()  # the connection goes back idle, fenced or not
         except import_psycopg2().Error as exc:
             rollback_cached(self.options, conn)
             raise translate(exc, describe(self.options)) from exc
