@@ -17,9 +17,12 @@ import pyarrow as pa
 import pytest
 
 from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.errors import LedgerFenceError
+from quixsinks.core.ledger import LedgerEntry
 from quixsinks.core.sink import CommitContext, Receipt, Task
-from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink
-from quixsinks.sinks.postgresql import sink as sink_module
+from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink, ddl, ledger
+from quixsinks.sinks.postgresql.client import session
+from quixsinks.sinks.postgresql.ledger import PostgresLedgerStore
 
 from .streams import run_available_now, write_input_files
 from .test_postgresql import query, staging_tables
@@ -167,8 +170,8 @@ def test_a_column_dropped_behind_the_sinks_back_is_added_again(
 def test_the_ensured_tables_cache_is_bounded(
     pg: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ensured = sink_module.EnsuredTables(max_size=3)
-    monkeypatch.setattr(sink_module, "_ENSURED", ensured)
+    ensured = ddl.EnsuredTables(max_size=3)
+    monkeypatch.setattr(ddl, "ENSURED", ensured)
     names = [f"t{i}" for i in range(10)]
     rows = pa.table({"kind": names, "n": list(range(10))})
     write(pg, rows, table_name_column="kind")
@@ -232,3 +235,23 @@ def test_a_column_binary_copy_cannot_fill_exactly_is_copied_as_csv(
     uid = "5f0c2a4e-0000-4000-8000-000000000001"
     write(pg, pa.table({"id": [uid], "amount": [0.5], "n": [1]}), table_name="ids", write_mode=mode)
     assert query(pg, "SELECT id::text, amount, n FROM ids") == [(uid, decimal.Decimal("0.5"), 1)]
+
+
+def test_the_ledger_store_reads_what_the_commit_recorded_and_fences_another_query(
+    pg: dict[str, Any],
+) -> None:
+    rows = pa.table({"n": [1, 2]})
+    sink = make_sink(pg, rows.schema, table_name="ledgered")
+    sink.commit(CommitContext("bench", 3, True, "query-a"), [run_task(sink, rows, batch_id=3)])
+    schema = sink.options.schema_name
+    with session(sink.options) as cur:
+        store = PostgresLedgerStore(cur, schema)
+        assert store.owners("bench") == {"query-a"}
+        assert store.get("bench", 3) == LedgerEntry("bench", 3, "query-a")
+        assert store.get("bench", 2) is None
+        with pytest.raises(LedgerFenceError) as error:
+            ledger.check(cur, sink.options, "bench", "query-b")
+        assert error.value.owner_query_id == "query-a"
+        store.drop_query("bench", "query-a")
+    assert query(pg, f'SELECT count(*) FROM "{schema}"._quixsinks_ledger') == [(0,)]
+    assert query(pg, "SELECT n FROM ledgered ORDER BY n") == [(1,), (2,)]

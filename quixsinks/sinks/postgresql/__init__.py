@@ -3,7 +3,8 @@
 See docs/sinks/postgresql.md. Needs ``pip install 'quixsinks[postgresql]'``.
 """
 
+from .modes import StagedRows
 from .options import PostgreSQLOptions
-from .sink import PostgreSQLSink, StagedRows
+from .sink import PostgreSQLSink
 
 __all__ = ["PostgreSQLOptions", "PostgreSQLSink", "StagedRows"]

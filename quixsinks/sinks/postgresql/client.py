@@ -1,4 +1,5 @@
-"""Connections to PostgreSQL and the one place where psycopg2's errors are translated.
+"""The PostgreSQL client: psycopg2's import, connections (built, cached per process, one
+transaction per session) and the one place where psycopg2's errors are translated.
 
 :func:`translate` maps a psycopg2 exception to a quixsinks error by SQLSTATE class,
 the most specific match winning, with the original chained:
@@ -16,46 +17,63 @@ SQLSTATE                       quixsinks error
 anything else                  DestinationError (not retried)
 =============================  ===============================================
 
-A failure to connect carries no SQLSTATE in psycopg2; it is classified from libpq's
-connection status instead (server unreachable: retryable). TLS failures are not retried: a
-server certificate that does not verify (the error names 'sslrootcert' and 'sslmode'), a
-server without TLS under sslmode=require or stricter, and a server that takes only encrypted
-connections (pg_hba.conf ``hostssl``) under sslmode=disable.
+A failure to connect carries no SQLSTATE in psycopg2 (libpq reports only the server's
+FATAL text): that one case is classified from the text (server unreachable: retryable).
+TLS failures are not retried: a server certificate that does not verify (the error names
+'sslrootcert' and 'sslmode'), a server without TLS under sslmode=require or stricter, and a
+server that takes only encrypted connections (pg_hba.conf ``hostssl``) under sslmode=disable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
     DestinationNotFoundError,
-    MissingDependencyError,
     QuixSinksError,
     RecordError,
     RetryableError,
     timed_out,
 )
 from quixsinks.core.tls import certificate_error, libpq_certificate_failure
+from quixsinks.core.vendors.http import import_client
 
 from .options import PostgreSQLOptions, parse_conninfo
 
-__all__ = ["connect", "describe", "import_psycopg2", "translate"]
+if TYPE_CHECKING:
+    from quixsinks.core.sink import Task
+
+__all__ = [
+    "autocommit_session",
+    "connect",
+    "describe",
+    "import_psycopg2",
+    "is_stale",
+    "session",
+    "task_connection",
+    "translate",
+]
 
 _RETRYABLE_CODES = {"40001", "40P01", "57014", "55P03"}
 _RETRYABLE_CLASSES = {"08", "53", "57"}
 
 
+#: SQLSTATEs that mean the target changed behind the sink's back (dropped table, schema or
+#: column): what a process remembers of it is stale (see :func:`is_stale`)
+_STALE_CODES = frozenset({"42P01", "3F000", "42703"})
+
+
 def import_psycopg2() -> Any:
-    try:
-        import psycopg2
-        import psycopg2.extensions
-        import psycopg2.sql
-    except ImportError as exc:
-        raise MissingDependencyError("psycopg2-binary", "postgresql") from exc
-    return psycopg2
+    """psycopg2 with its ``sql`` and ``extensions`` modules, or MissingDependencyError."""
+    for module in ("psycopg2.extensions", "psycopg2.sql"):
+        import_client(module, package="psycopg2-binary", extra="postgresql")
+    return import_client("psycopg2", package="psycopg2-binary", extra="postgresql")
 
 
 def describe(options: PostgreSQLOptions) -> str:
@@ -79,9 +97,24 @@ def translate(exc: Exception, where: str, *, connecting: bool = False) -> QuixSi
         return RetryableError(message)
     if code[:2] in ("22", "23"):
         return RecordError(f"{message} (SQLSTATE {code})")
-    if not code and type(exc).__name__ in ("OperationalError", "InterfaceError"):
+    if not code and isinstance(exc, _connection_errors()):
         return RetryableError(message)  # the connection broke mid-statement
     return DestinationError(f"{message} (SQLSTATE {code or 'none'})", location=where)
+
+
+def _connection_errors() -> tuple[type[Exception], ...]:
+    """psycopg2's classes for a connection that broke (none when psycopg2 is missing: an
+    exception from anywhere else is not one)."""
+    try:
+        psycopg2 = import_psycopg2()
+    except ImportError:
+        return ()
+    return (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
+def is_stale(exc: Exception) -> bool:
+    """Whether ``exc`` says a table, schema or column is gone or changed since it was seen."""
+    return getattr(exc, "pgcode", None) in _STALE_CODES
 
 
 def _connect_error(exc: Exception, where: str, detail: str) -> QuixSinksError:
@@ -168,3 +201,82 @@ def connect(options: PostgreSQLOptions) -> Any:
             limit = timed_out(max(2, seconds), "connection_timeout_seconds")
             error = RetryableError(error.message.replace("cannot connect:", f"{limit}:", 1))
         raise error from None
+
+
+# Executor connections, reused by the tasks of one Python worker process
+_CONNECTIONS: ClientCache[Any] = ClientCache("postgresql connections", lambda c: c.close())
+
+
+def task_connection(options: PostgreSQLOptions, task: Task | None) -> Any:
+    """The task's connection: the process's cached one, healthy and idle, or a new one. A
+    connection the task leaves broken or mid-transaction is dropped from the cache."""
+    key = client_key(options)
+    conn = _CONNECTIONS.get(key, lambda: connect(options))
+    if conn.closed:
+        _CONNECTIONS.discard(key)
+        conn = _CONNECTIONS.get(key, lambda: connect(options))
+    if task is not None and "conn" not in task.state:
+        task.state["conn"] = conn
+
+        def release() -> None:
+            if conn.closed or conn.get_transaction_status() != 0:  # 0: idle
+                _CONNECTIONS.discard(key)
+
+        task.on_close(release)
+    return conn
+
+
+def rollback_cached(options: PostgreSQLOptions, conn: Any) -> None:
+    """Roll back a cached connection; one that is broken (the server went away) is dropped
+    from the cache instead, so that the retry connects anew."""
+    if not _rollback(conn):
+        _CONNECTIONS.discard(client_key(options))
+
+
+@contextlib.contextmanager
+def session(options: PostgreSQLOptions) -> Iterator[Any]:
+    """A cursor on a new connection for one transaction: commit on success, roll back and
+    translate psycopg2's error on failure, close in any case."""
+    psycopg2 = import_psycopg2()
+    conn = connect(options)
+    try:
+        with conn.cursor() as cur:
+            yield cur
+        conn.commit()
+    except psycopg2.Error as exc:
+        _rollback(conn)
+        raise translate(exc, describe(options)) from exc
+    except BaseException:
+        _rollback(conn)
+        raise
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def autocommit_session(options: PostgreSQLOptions, lock_key: str | None = None) -> Iterator[Any]:
+    """An autocommit cursor (COMMIT PREPARED cannot run in a transaction block) on a new
+    connection, holding the advisory lock ``lock_key`` for the whole session when given."""
+    psycopg2 = import_psycopg2()
+    conn = connect(options)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            if lock_key is not None:
+                cur.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (lock_key,))
+            yield cur
+    except psycopg2.Error as exc:
+        raise translate(exc, describe(options)) from exc
+    finally:
+        conn.close()  # releases the session's advisory lock
+
+
+def _rollback(conn: Any) -> bool:
+    """Roll back ``conn``; False (and nothing raised) when the connection is broken."""
+    if conn.closed:
+        return False
+    try:
+        conn.rollback()
+    except import_psycopg2().Error:
+        return False
+    return True

@@ -7,11 +7,14 @@ and re-reads the catalog after taking it.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 
+from .client import import_psycopg2
 from .schema import (
     DECIDED_TABLE,
     LEDGER_TABLE,
@@ -22,6 +25,8 @@ from .schema import (
 )
 
 __all__ = [
+    "ENSURED",
+    "EnsuredTables",
     "create_stage",
     "ensure_ledger",
     "ensure_table",
@@ -32,10 +37,47 @@ __all__ = [
 ]
 
 
-def _sql() -> Any:
-    from psycopg2 import sql
+class EnsuredTables:
+    """Tables this process has made able to take a column list, so that a task does not
+    lock and read the catalog for every SinkBatch: (database, schema, table, columns) ->
+    the columns typed as in the target. Least recently used entries go first beyond
+    ``max_size`` (one entry per table and column list: ``table_name_column`` can name
+    many tables); :meth:`forget` drops a table's entries when it changed."""
 
-    return sql
+    def __init__(self, max_size: int = 1024) -> None:
+        self.max_size = max_size
+        self._entries: OrderedDict[tuple[Any, ...], list[Column]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[Any, ...]) -> list[Column] | None:
+        with self._lock:
+            typed = self._entries.get(key)
+            if typed is not None:
+                self._entries.move_to_end(key)
+            return typed
+
+    def put(self, key: tuple[Any, ...], typed: list[Column]) -> None:
+        with self._lock:
+            self._entries[key] = typed
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_size:
+                self._entries.popitem(last=False)
+
+    def forget(self, database: str, schema: str, table: str) -> None:
+        with self._lock:
+            for key in [k for k in self._entries if k[:3] == (database, schema, table)]:
+                del self._entries[key]
+
+
+#: The process's ensured tables (the tasks of one Python worker share it)
+ENSURED = EnsuredTables()
+
+
+def _sql() -> Any:
+    return import_psycopg2().sql
 
 
 def lock(cur: Any, *names: str) -> None:

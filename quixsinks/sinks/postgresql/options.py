@@ -25,9 +25,11 @@ class PostgreSQLOptions(LedgerOptions):
     password: str | None = option(
         None, secret=True, env="PGPASSWORD", doc="Password (default: the PGPASSWORD variable)"
     )
-    table_name: str | None = option(None, doc="Target table (give this or table_name_column)")
+    table_name: str | None = option(
+        None, one_of="table", doc="Target table (give this or table_name_column)"
+    )
     table_name_column: str | None = option(
-        None, doc="Column whose value names each row's table (one table per value)"
+        None, one_of="table", doc="Column whose value names each row's table (one table per value)"
     )
     schema_name: str = option("public", doc="Schema of the tables (created if missing)")
     schema_auto_update: bool = option(
@@ -106,7 +108,7 @@ class PostgreSQLOptions(LedgerOptions):
 
     def validate(self) -> None:
         super().validate()
-        if (self.table_name is None) == (self.table_name_column is None):
+        if self.table_name is None and self.table_name_column is None:
             raise OptionError(
                 "postgresql: give exactly one of 'table_name' and 'table_name_column'",
                 option="table_name",

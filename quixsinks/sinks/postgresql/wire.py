@@ -1,4 +1,5 @@
-"""The bytes of one ``COPY ... FROM STDIN``: PostgreSQL's binary format, or CSV.
+"""Arrow to PostgreSQL, without a server: which rows go to which table, and the bytes of
+one ``COPY ... FROM STDIN`` (PostgreSQL's binary format, or CSV).
 
 Binary COPY is encoded from Arrow by ``pgpq`` (no Python per row) and is about twice as
 fast end to end as CSV (docs/benchmarks.md). A binary COPY field is read by the
@@ -37,7 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
+from quixsinks.core.errors import QuixSinksError, RecordError
 
 from .schema import (
     DELETE_COLUMN,
@@ -45,11 +48,12 @@ from .schema import (
     Column,
     check_no_nul,
     column_arrays,
+    identifier_problem,
     json_text,
     sql_text,
 )
 
-__all__ = ["CopyData", "copy_data"]
+__all__ = ["CopyData", "copy_data", "delete_flags", "discard", "route"]
 
 logger = logging.getLogger("quixsinks.sinks.postgresql")
 _CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
@@ -64,6 +68,86 @@ _FIXED: dict[str, pa.DataType] = {
     "bytea": pa.binary(),
 }
 _TEXT = ("text", "character varying", "character", "json")
+
+
+def route(batch: SinkBatch, column_name: str) -> list[tuple[str, pa.Array]]:
+    """(table name, row indices) for each table the text column ``column_name`` names."""
+    names = batch.column(column_name)
+    if pa.types.is_binary(names.type) or pa.types.is_large_binary(names.type):
+        try:
+            names = pc.cast(names, pa.string())
+        except pa.ArrowInvalid:
+            raise RecordError(
+                f"postgresql: 'table_name_column' {column_name!r} holds bytes that are not "
+                "UTF-8 text; table names must be text",
+                column=column_name,
+            ) from None
+    elif pa.types.is_nested(names.type):
+        raise RecordError(
+            f"postgresql: 'table_name_column' {column_name!r} has type {names.type}; it "
+            "must hold text (cast it to string in Spark)",
+            column=column_name,
+        )
+    else:
+        names = pc.cast(names, pa.string())
+    row = first_null(names)
+    if row is not None:
+        raise QuixSinksError(
+            f"postgresql: 'table_name_column' {column_name!r} is null "
+            f"in row {row}; every row must name its table"
+        )
+    out = []
+    for name in pc.unique(names).to_pylist():
+        rows = pc.indices_nonzero(pc.equal(names, name))
+        problem = identifier_problem(name)
+        if problem:
+            raise RecordError(
+                f"postgresql: 'table_name_column' {column_name!r} names a table PostgreSQL "
+                f"cannot keep as given in row {rows[0].as_py()}: {problem}",
+                column=column_name,
+                row=rows[0].as_py(),
+            )
+        out.append((name, rows))
+    return out
+
+
+def discard(
+    batch: SinkBatch,
+    columns: list[Column],
+    kept: list[Column],
+    rows: pa.Array | None,
+    *,
+    whole_rows: bool,
+) -> pa.Array | None:
+    """The rows to write when the table lacks some ``columns``: all of them when only the
+    values are discarded (those columns are not written), only the rows without a value
+    in any of them for ``whole_rows`` (schema_contract discard_row). Counted in the batch."""
+    names = {c.name for c in kept}
+    dropped = [c for c in columns if c.name not in names]
+    batch.count("discarded_columns", len(dropped))
+    if not whole_rows:
+        return rows
+    arrays = column_arrays(batch, dropped)
+    mask = None
+    for array in arrays.values():
+        empty = pc.is_null(array)
+        mask = empty if mask is None else pc.and_(mask, empty)
+    assert mask is not None
+    keep = pc.indices_nonzero(mask) if rows is None else rows.filter(mask.take(rows))
+    total = batch.num_rows if rows is None else len(rows)
+    batch.count("discarded_rows", total - len(keep))
+    return keep if len(keep) < total else rows
+
+
+def delete_flags(batch: SinkBatch, column_name: str) -> pa.Array:
+    """Per row: whether it deletes its key (the column true, or 'd'/'delete' in any case)."""
+    column = batch.column(column_name)
+    if pa.types.is_boolean(column.type):
+        flags = column
+    else:
+        text = pc.utf8_lower(pc.cast(column, pa.string()))
+        flags = pc.is_in(text, pa.array(["d", "delete"]))
+    return pc.fill_null(flags, False)
 
 
 class CopyData:

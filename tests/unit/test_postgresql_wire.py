@@ -10,8 +10,8 @@ import pytest
 
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.records import RecordSchema
-from quixsinks.sinks.postgresql.copy import copy_data
 from quixsinks.sinks.postgresql.schema import Column
+from quixsinks.sinks.postgresql.wire import copy_data
 
 BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
