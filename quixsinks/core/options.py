@@ -227,7 +227,7 @@ class SinkOptions:
                     f"{cls.sink_name}: option {name!r} is required: {spec.doc}{hint}",
                     option=name,
                 )
-        cls._check_exclusive(specs, given)
+        cls._check_exclusive(specs, given, values)
         instance = cls(**values)
         try:
             instance.validate()
@@ -254,14 +254,19 @@ class SinkOptions:
 
     @classmethod
     def _check_exclusive(
-        cls, specs: Mapping[str, OptionSpec], given: Mapping[str, tuple[str, str]]
+        cls,
+        specs: Mapping[str, OptionSpec],
+        given: Mapping[str, tuple[str, str]],
+        values: Mapping[str, Any],
     ) -> None:
         """Refuse two given options of one ``one_of`` group, naming both as the user wrote
-        them (an option left to its default, or to its environment variable, is not given)."""
+        them. An option is given when the user set it to something other than its default
+        (``table_name=none`` or ``do_nothing=false`` next to the other option is fine; an
+        environment variable never counts)."""
         seen: dict[str, str] = {}
         for name in given:
             group = specs[name].one_of
-            if group is None:
+            if group is None or values[name] == specs[name].default:
                 continue
             if group in seen:
                 first = seen[group]

@@ -503,6 +503,8 @@ def test_options_of_one_group_exclude_each_other() -> None:
     message = str(info.value)
     assert "options 'token' and 'keyFile' exclude each other" in message
     assert "s3cret-value" not in message
+    # an option set to its default (here: unset) is not given
+    assert LimitedOptions.from_options({"token": "none", "keyFile": "k.json"}).token is None
 
 
 def test_limits_are_spelled_out_for_the_docs() -> None:
