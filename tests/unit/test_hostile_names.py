@@ -31,7 +31,7 @@ from quixsinks.sinks.kinesis.options import KinesisOptions
 from quixsinks.sinks.postgresql.options import PostgreSQLOptions
 from quixsinks.sinks.postgresql.schema import column_plan, identifier_problem
 from quixsinks.sinks.pubsub import PubSubOptions, PubSubSink
-from quixsinks.sinks.pubsub.limits import (
+from quixsinks.sinks.pubsub.wire import (
     MAX_ATTRIBUTES,
     MAX_ORDERING_KEY_BYTES,
     MAX_VALUE_BYTES,
