@@ -80,10 +80,8 @@ def service_account_info(text: str) -> dict[str, Any]:
         if source is None:
             raise _bad_key("names a file that cannot be read")
     info = _json_or_none(source)
-    if info is None:
+    if not isinstance(info, dict):  # text that starts with "{" is an object or no JSON
         raise _bad_key("is not valid JSON")
-    if not isinstance(info, dict):
-        raise _bad_key("is not a JSON object")
     if info.get("type") not in (None, "service_account") or not all(
         info.get(f) for f in _KEY_FIELDS
     ):
