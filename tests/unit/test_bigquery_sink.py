@@ -22,8 +22,8 @@ from quixsinks.core.errors import (
     RetryableError,
     SinkBackpressureError,
 )
-from quixsinks.sinks.bigquery import BigQueryOptions, BigQuerySink
 from quixsinks.core.vendors.google import service_account_info as parse_service_account
+from quixsinks.sinks.bigquery import BigQueryOptions, BigQuerySink
 from quixsinks.sinks.bigquery.client import credentials, translate
 from quixsinks.sinks.bigquery.schema import BQField, arrow_type, bq_field, conflict, convert
 from quixsinks.sinks.bigquery.wire import chunks as _chunks
