@@ -46,9 +46,9 @@ from quixsinks.core.sink import Sink, Task
 from .client import PubSubTopicNotFoundError, import_pubsub, publisher, translate
 from .options import PubSubOptions
 from .publishing import RequestSender, RoundSender, wire_size
-from .wire import Encoder, Frame, Message, message_size, name_problem
+from .wire import Encoder, Frame, Message, name_problem
 
-__all__ = ["PubSubSink", "PubSubTopicNotFoundError", "message_size"]
+__all__ = ["PubSubSink", "PubSubTopicNotFoundError"]
 
 
 class PubSubSink(Sink[PubSubOptions, None]):
