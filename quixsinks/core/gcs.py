@@ -16,7 +16,8 @@ Google's default credentials. ``endpoint`` (or the ``STORAGE_EMULATOR_HOST`` env
 variable) points at an emulator; without a service account the requests are then
 anonymous. Secrets never appear in ``repr``, logs or error messages.
 
-Every SDK error is translated in :meth:`GCSDestination._translate`: missing bucket ->
+Every SDK error is translated in :meth:`GCSDestination._translate`, through Google's one
+error map (:mod:`quixsinks.core.vendors.google`): missing bucket ->
 :class:`GCSBucketNotFoundError`, refused or missing credentials ->
 :class:`GCSBucketAccessDeniedError`, throttling (429) and service errors (5xx) ->
 :class:`RetryableError` (:class:`SinkBackpressureError` when the service sends
@@ -33,12 +34,9 @@ first needed.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import io
-import json
 import os
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
@@ -50,13 +48,12 @@ from .errors import (
     DestinationNotFoundError,
     GCSBucketAccessDeniedError,
     GCSBucketNotFoundError,
-    MissingDependencyError,
     OptionError,
     QuixSinksError,
-    RetryableError,
-    SinkBackpressureError,
     timed_out,
 )
+from .vendors.google import GoogleService, classify, credentials, service_account_info
+from .vendors.http import import_client
 
 __all__ = ["GCSDestination"]
 
@@ -123,9 +120,8 @@ class GCSDestination(Destination):
         self.endpoint = endpoint.rstrip("/") if endpoint else None
         self.timeout = timeout
         self._service_account_json = service_account_json
-        self._service_account_info = (
-            _parse_service_account(service_account_json) if service_account_json else None
-        )
+        if service_account_json:  # refused here, before any data moves
+            service_account_info(service_account_json)
 
     @classmethod
     def from_url(cls, url: str, **credentials: Any) -> GCSDestination:
@@ -210,38 +206,29 @@ class GCSDestination(Destination):
         return _CLIENTS.get(key, self._make_client)
 
     def _make_client(self) -> Any:
-        try:
-            from google.auth.credentials import AnonymousCredentials
-            from google.cloud import storage
-        except ImportError:
-            raise MissingDependencyError("google-cloud-storage", "gcs") from None
-        project = self.project
-        credentials: Any
-        if self._service_account_info is not None:
-            from google.oauth2 import service_account
+        import_client("google.cloud.storage", package="google-cloud-storage", extra="gcs")
+        from google.cloud import storage
 
-            credentials = _service_account_credentials(service_account, self._service_account_info)
-            if credentials is None:  # raised here, not in the except: see _parse_...
-                raise _bad_service_account("is not a usable service account key")
-            project = project or self._service_account_info.get("project_id")
-        elif self._emulator():
-            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
-        else:
+        creds = credentials(
+            self._service_account_json or None, scopes=_SCOPES, anonymous=bool(self._emulator())
+        )
+        project = self.project or getattr(creds, "project_id", None)
+        if creds is None:  # application-default credentials, refused here if none
             import google.auth
             from google.auth.exceptions import DefaultCredentialsError
 
             try:
-                credentials, default_project = google.auth.default(scopes=_SCOPES)
-            except DefaultCredentialsError:
-                raise GCSBucketAccessDeniedError(
-                    f"{self.url}: no Google credentials found; give option "
-                    "'service_account_json' or set GOOGLE_APPLICATION_CREDENTIALS",
-                    location=self.url,
-                ) from None
-            project = project or default_project
+                creds, default_project = google.auth.default(scopes=_SCOPES)
+            except DefaultCredentialsError as exc:
+                error = self._classify(exc, self.url, "object")
+            else:
+                error = None
+                project = project or default_project
+            if error is not None:
+                raise error from None
         # without an endpoint the SDK reads STORAGE_EMULATOR_HOST itself
         options = {"api_endpoint": self.endpoint} if self.endpoint else None
-        client = storage.Client(project=project, credentials=credentials, client_options=options)
+        client = storage.Client(project=project, credentials=creds, client_options=options)
         # Newer SDKs fetch each bucket's metadata in a background thread, for tracing
         # attributes only: one more request per bucket and process, which needs
         # storage.buckets.get (a writer's role may lack it). Not wanted on executors.
@@ -286,68 +273,51 @@ class GCSDestination(Destination):
             self._raise_translated(exc, location, missing)
 
     def _raise_translated(self, exc: Exception, location: str, missing: str) -> NoReturn:
-        try:
-            from google.api_core import exceptions as api
-            from google.auth import exceptions as auth
-            from google.cloud.storage.exceptions import InvalidResponse
-            from requests import exceptions as http
-        except ImportError:  # pragma: no cover - the SDK raised, so it is installed
-            raise exc from None
+        error = self._classify(exc, location, missing)
+        if error is None:
+            raise exc
+        # the SDK's exception stays chained where it helps (a server's answer), not where
+        # the error is the user's to fix
+        cause = (
+            None if isinstance(error, (GCSBucketAccessDeniedError, GCSBucketNotFoundError)) else exc
+        )
+        raise error from cause
 
-        if isinstance(exc, InvalidResponse) and getattr(exc, "response", None) is not None:
-            # a resumable-upload chunk failed: the same errors as the JSON API
-            response = exc.response
-            exc = api.from_http_status(  # type: ignore[no-untyped-call]
+    def _classify(self, exc: BaseException, location: str, missing: str) -> QuixSinksError | None:
+        service = GoogleService(
+            name="Google Cloud Storage",
+            roles="the credentials need storage.objects.create, get, list and delete on the "
+            "bucket (e.g. the role Storage Object Admin)",
+            timed_out=timed_out(self.timeout, "storage_timeout_seconds"),
+            denied=GCSBucketAccessDeniedError,
+            hook=lambda e, where: self._gcs_errors(e, where, missing, service),
+        )
+        return classify(exc, location, service)
+
+    def _gcs_errors(
+        self, exc: BaseException, location: str, missing: str, service: GoogleService
+    ) -> QuixSinksError | None:
+        """GCS's own cases: a failed resumable-upload chunk (the JSON API's errors in
+        another class), and a 404 that means the bucket."""
+        from google.api_core import exceptions as api
+        from google.cloud.storage.exceptions import InvalidResponse
+
+        response = getattr(exc, "response", None)
+        if isinstance(exc, InvalidResponse) and response is not None:
+            converted = api.from_http_status(  # type: ignore[no-untyped-call]
                 response.status_code, _reason(response), response=response
             )
-        if isinstance(exc, api.NotFound):
-            if missing == "bucket" or "bucket" in (exc.message or "").lower():
-                raise GCSBucketNotFoundError(
-                    f"gs://{self.bucket}: the bucket does not exist; create it first, or fix "
-                    "the bucket name in option 'path'",
-                    location=f"gs://{self.bucket}",
-                ) from None
-            raise DestinationNotFoundError(f"{location}: no such object", location=location)
-        if isinstance(exc, (api.Unauthorized, auth.RefreshError)):
-            raise GCSBucketAccessDeniedError(
-                f"{location}: the credentials were refused (wrong, expired or revoked "
-                "service account key?); check option 'service_account_json' or the default "
-                "credentials",
-                location=location,
-            ) from None
-        if isinstance(exc, auth.DefaultCredentialsError):
-            raise GCSBucketAccessDeniedError(
-                f"{location}: no usable Google credentials; give option "
-                "'service_account_json' or set GOOGLE_APPLICATION_CREDENTIALS",
-                location=location,
-            ) from None
-        if isinstance(exc, api.Forbidden):
-            raise GCSBucketAccessDeniedError(
-                f"{location}: access denied ({_short(exc.message)}); the credentials need "
-                "storage.objects.create, get, list and delete on the bucket (e.g. the role "
-                "Storage Object Admin)",
-                location=location,
-            ) from None
-        if isinstance(exc, (api.TooManyRequests, api.ServerError)):
-            code = exc.code
-            retry_after = _retry_after(exc.response)
-            text = f"{location}: Google Cloud Storage answered {code} ({_short(exc.message)})"
-            if retry_after is not None:
-                raise SinkBackpressureError(retry_after, text) from exc
-            raise RetryableError(text) from exc
-        if isinstance(exc, http.Timeout):
-            raise RetryableError(
-                f"{location}: Google Cloud Storage "
-                f"{timed_out(self.timeout, 'storage_timeout_seconds')}"
-            ) from exc
-        if isinstance(exc, (http.ConnectionError, http.Timeout, auth.TransportError)):
-            raise RetryableError(f"{location}: connection failed ({type(exc).__name__})") from exc
-        if isinstance(exc, api.GoogleAPICallError):
-            raise DestinationError(
-                f"{location}: Google Cloud Storage answered {exc.code} ({_short(exc.message)})",
-                location=location,
-            ) from exc
-        raise exc
+            return classify(converted, location, service)
+        if not isinstance(exc, api.NotFound):
+            return None
+        # the JSON API gives a missing bucket and a missing object the same code
+        if missing == "bucket" or "bucket" in (exc.message or "").lower():
+            return GCSBucketNotFoundError(
+                f"gs://{self.bucket}: the bucket does not exist; create it first, or fix "
+                "the bucket name in option 'path'",
+                location=f"gs://{self.bucket}",
+            )
+        return DestinationNotFoundError(f"{location}: no such object", location=location)
 
     # -- Destination ----------------------------------------------------------------------------
 
@@ -542,90 +512,9 @@ def _not_found() -> type[Exception]:
     return NotFound
 
 
-def _parse_service_account(text: str) -> dict[str, Any]:
-    """The key's fields, from JSON text or a key file; OptionError (never echoing it).
-
-    No error is raised while handling another: the parser's own exception (which holds
-    the text) must not ride along as ``__context__``.
-    """
-    source: str | None = text.strip()
-    if source is not None and not source.startswith("{"):
-        path = os.path.expanduser(source)
-        if len(source) > 4096 or "\n" in source or not os.path.isfile(path):
-            raise _bad_service_account("is neither JSON text nor the path of a readable file")
-        source = _read_text(path)
-        if source is None:
-            raise _bad_service_account("names a file that cannot be read")
-    info = _json_or_none(source)
-    if info is None:
-        raise _bad_service_account("is not valid JSON")
-    if not isinstance(info, dict):
-        raise _bad_service_account("is not a JSON object")
-    missing = [f for f in ("client_email", "private_key", "token_uri") if not info.get(f)]
-    if info.get("type") not in (None, "service_account") or missing:
-        raise _bad_service_account(
-            "is not a service account key (type 'service_account' with "
-            "client_email, private_key and token_uri)"
-        )
-    return info
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _json_or_none(text: str | None) -> Any:
-    try:
-        return json.loads(text or "")
-    except ValueError:
-        return None
-
-
-def _service_account_credentials(module: Any, info: dict[str, Any]) -> Any:
-    try:
-        return module.Credentials.from_service_account_info(info, scopes=_SCOPES)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _bad_service_account(what: str) -> OptionError:
-    return OptionError(
-        f"option 'service_account_json' {what}; give the content of a service account key "
-        "file (JSON) or its path",
-        option="service_account_json",
-        value="***",
-        allowed=("service account key JSON", "the path of a key file"),
-    )
-
-
 def _reason(response: Any) -> str:
     try:
         error = response.json().get("error", {})
         return str(error.get("message") or response.reason or "")
     except Exception:
         return str(getattr(response, "reason", "") or "")
-
-
-def _short(message: str | None, limit: int = 200) -> str:
-    text = " ".join((message or "").split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _retry_after(response: Any) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), if any."""
-    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

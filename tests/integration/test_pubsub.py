@@ -235,9 +235,9 @@ def test_bad_input_fails_before_any_data_moves(readings: Any, pubsub_topic: dict
         write(readings, {**opts, "data_column": "temp"})
     with pytest.raises(Exception, match="'ordering_key_column' names 'nope'"):
         write(readings, {**opts, "ordering_key_column": "nope"})
-    with pytest.raises(Exception, match="not a valid topic id"):
+    with pytest.raises(Exception, match="option 'topic_id' has value"):
         write(readings, {**opts, "topic_id": "projects/x/topics/y"})
-    with pytest.raises(Exception, match="'max_messages' is 5000"):
+    with pytest.raises(Exception, match="'max_messages' has value '5000'"):
         write(readings, {**opts, "max_messages": "5000"})
     assert pull(pubsub_topic, idle_seconds=0.3) == []
 

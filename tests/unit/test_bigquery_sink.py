@@ -22,10 +22,11 @@ from quixsinks.core.errors import (
     RetryableError,
     SinkBackpressureError,
 )
+from quixsinks.core.vendors.google import service_account_info as parse_service_account
 from quixsinks.sinks.bigquery import BigQueryOptions, BigQuerySink
-from quixsinks.sinks.bigquery.client import credentials, parse_service_account, translate
+from quixsinks.sinks.bigquery.client import credentials, translate
 from quixsinks.sinks.bigquery.schema import BQField, arrow_type, bq_field, conflict, convert
-from quixsinks.sinks.bigquery.sink import _chunks
+from quixsinks.sinks.bigquery.wire import chunks as _chunks
 
 BASE = {"project_id": "p", "dataset_id": "d", "table_name": "t"}
 

@@ -31,7 +31,7 @@ from quixsinks.sinks.kinesis.options import KinesisOptions
 from quixsinks.sinks.postgresql.options import PostgreSQLOptions
 from quixsinks.sinks.postgresql.schema import column_plan, identifier_problem
 from quixsinks.sinks.pubsub import PubSubOptions, PubSubSink
-from quixsinks.sinks.pubsub.limits import (
+from quixsinks.sinks.pubsub.wire import (
     MAX_ATTRIBUTES,
     MAX_ORDERING_KEY_BYTES,
     MAX_VALUE_BYTES,
@@ -588,11 +588,12 @@ def test_the_nastiest_names_are_either_refused_or_kept_by_every_identifier_check
 
 
 def test_bigquery_sql_and_storage_write_paths_keep_a_domain_scoped_project_whole() -> None:
-    from quixsinks.sinks.bigquery import BigQuerySink
+    from quixsinks.sinks.bigquery.ledger import sql_table
+    from quixsinks.sinks.bigquery.modes import ExactlyOnce
 
-    sink = BigQuerySink(bigquery(project_id="example.com:my-project", table_name="ev ents"))
-    assert sink._sql_table(sink.options.table_path) == "`example.com:my-project`.`d`.`ev ents`"
-    assert sink._sql_table(sink._staging_id) == "`example.com:my-project`.`d`.`ev ents_qs_staging`"
+    mode = ExactlyOnce(bigquery(project_id="example.com:my-project", table_name="ev ents"))
+    assert sql_table(mode.options.table_path) == "`example.com:my-project`.`d`.`ev ents`"
+    assert sql_table(mode.staging_id) == "`example.com:my-project`.`d`.`ev ents_qs_staging`"
 
 
 @pytest.mark.parametrize(("tags", "fields"), [(("time",), ("v",)), (("t",), ("time", "v"))])

@@ -11,7 +11,7 @@ from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.delivery import DedupeIds
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 from quixsinks.sinks.pubsub import PubSubOptions, PubSubSink, PubSubTopicNotFoundError
-from quixsinks.sinks.pubsub.sink import Message, message_size
+from quixsinks.sinks.pubsub.wire import Message, message_size
 
 
 def options(**extra: str) -> PubSubOptions:
@@ -48,11 +48,11 @@ def kafka_table() -> pa.Table:
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        ({"topic_id": "projects/p/topics/t"}, "not a valid topic id"),
-        ({"topic_id": "goog-x"}, "not a valid topic id"),
-        ({"max_messages": "1001"}, "at most 1000"),
-        ({"max_bytes": "20000000"}, "at most 10000000"),
-        ({"data_column": "d", "value_serializer": "json:dumps"}, "at most one"),
+        ({"topic_id": "projects/p/topics/t"}, "option 'topic_id' has value"),
+        ({"topic_id": "goog-x"}, "option 'topic_id' has value"),
+        ({"max_messages": "1001"}, "'max_messages' has value '1001', expected a number <= 1000"),
+        ({"max_bytes": "20000000"}, "'max_bytes' has value '20000000'"),
+        ({"data_column": "d", "value_serializer": "json:dumps"}, "exclude each other"),
         ({"value_serializer": "dumps"}, "import path"),
         ({"flush_timeout": "0"}, "flush_timeout"),
     ],
@@ -138,15 +138,17 @@ def test_sink_options_and_errors_pickle_and_hide_the_key() -> None:
 
 
 def test_a_bad_service_account_json_is_an_option_error_without_its_text() -> None:
+    from quixsinks.core.vendors.google import credentials
+
     with pytest.raises(OptionError, match="service_account_json") as failure:
-        PubSubSink._credentials('{"private_key": "TOPSECRET"')
+        credentials('{"private_key": "TOPSECRET"')
     assert "TOPSECRET" not in str(failure.value)
 
 
 def test_messages_and_requests_are_valid_protobuf() -> None:
     from google.pubsub_v1.types import PublishRequest, PubsubMessage
 
-    from quixsinks.sinks.pubsub.sink import encode_message, publish_request
+    from quixsinks.sinks.pubsub.wire import encode_message, publish_request
 
     long_value = "\u2603" * 200  # lengths over 127 bytes: two-byte varints
     wire = encode_message(b"x" * 300, {"a": "1", "k\u00e9y": long_value}, "ord")
@@ -162,7 +164,7 @@ def test_messages_and_requests_are_valid_protobuf() -> None:
 def test_frames_built_in_arrow_are_the_messages_built_per_row() -> None:
     from google.pubsub_v1.types import PublishRequest
 
-    from quixsinks.sinks.pubsub.sink import _varints
+    from quixsinks.sinks.pubsub.wire import _varints
 
     table = kafka_table()
     sink = sink_for(table)

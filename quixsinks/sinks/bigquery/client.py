@@ -2,29 +2,21 @@
 
 ``clients(options)`` gives the process's cached pair of a ``google.cloud.bigquery.Client``
 (REST: tables, queries) and a ``BigQueryWriteClient`` (gRPC: the Storage Write API), made
-from the sink's options. ``translate`` maps ``google.api_core`` and ``google.auth``
-exceptions to the quixsinks error tree: not found, access denied, retryable (throttling,
-unavailable, deadline), everything else a DestinationError that fails the task.
+from the sink's options with Google's shared credentials (:mod:`quixsinks.core.vendors.google`).
+``translate`` maps what they raise through Google's one error map: not found, access
+denied, throttled (:class:`SinkBackpressureError`), retryable (unavailable, a passed
+deadline), everything else a DestinationError that fails the task.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from quixsinks.core.clients import ClientCache, client_key
-from quixsinks.core.errors import (
-    DestinationAccessDeniedError,
-    DestinationError,
-    DestinationNotFoundError,
-    MissingDependencyError,
-    OptionError,
-    QuixSinksError,
-    RetryableError,
-    SinkBackpressureError,
-)
+from quixsinks.core.errors import DestinationError, QuixSinksError
+from quixsinks.core.vendors import google
+from quixsinks.core.vendors.http import import_client
 
 from .options import BigQueryOptions
 
@@ -32,21 +24,38 @@ __all__ = [
     "Clients",
     "clients",
     "credentials",
+    "ddl_kwargs",
     "describe",
     "import_bigquery",
+    "run_query",
     "translate",
     "write_retry",
 ]
 
+#: gRPC messages to and from an emulator (an append request is at most 10 MB)
+_EMULATOR_MESSAGE_BYTES = 20 * 1024 * 1024
+
+_SERVICE = google.GoogleService(
+    name="BigQuery",
+    roles="the credentials need roles/bigquery.dataEditor on the dataset and "
+    "roles/bigquery.jobUser on the project",
+    timed_out="timed out (no answer within the options ddl_timeout, insert_timeout or "
+    "retry_timeout)",
+    connect_hint="check the network and api_endpoint",
+    throttle_seconds=5.0,
+)
+
 
 def import_bigquery() -> Any:
     """``google.cloud.bigquery``, or MissingDependencyError naming the extra."""
-    try:
-        import google.cloud.bigquery_storage_v1  # noqa: F401
-        from google.cloud import bigquery
-    except ImportError as exc:
-        raise MissingDependencyError("google-cloud-bigquery-storage", "bigquery") from exc
-    return bigquery
+    import_client(
+        "google.cloud.bigquery_storage_v1",
+        package="google-cloud-bigquery-storage",
+        extra="bigquery",
+    )
+    return import_client(
+        "google.cloud.bigquery", package="google-cloud-bigquery-storage", extra="bigquery"
+    )
 
 
 def describe(options: BigQueryOptions) -> str:
@@ -55,62 +64,17 @@ def describe(options: BigQueryOptions) -> str:
 
 
 def credentials(options: BigQueryOptions) -> Any:
-    """Credentials from ``service_account_json`` (JSON text or a file path), anonymous for
-    an http:// emulator endpoint, else application-default credentials."""
-    raw = options.service_account_json
-    if raw is None:
-        if options.emulator:
-            from google.auth.credentials import AnonymousCredentials
-
-            return AnonymousCredentials()  # type: ignore[no-untyped-call]
-        return None  # the client libraries find application-default credentials
-    info = parse_service_account(raw)
-    from google.oauth2 import service_account
-
-    try:
-        return service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
-    except (ValueError, KeyError) as exc:
-        # the key's fields are never shown: only which one is wrong
-        reason = str(exc).split(":")[0][:120] if isinstance(exc, ValueError) else f"{exc}"
-        raise OptionError(
-            "option 'service_account_json' is not a usable service account key "
-            f"({type(exc).__name__}: {reason}; the value is not shown)",
-            option="service_account_json",
-            value="***",
-        ) from None
+    """Credentials from ``service_account_json``, anonymous for an http:// emulator
+    endpoint, else None (application-default credentials, found by the client libraries)."""
+    return google.credentials(options.service_account_json, anonymous=options.emulator)
 
 
-def parse_service_account(raw: str) -> dict[str, Any]:
-    """The key as a dict: ``raw`` is its JSON text or the path of its file. OptionError,
-    never echoing the text, when it is neither."""
-    text = raw
-    if not raw.lstrip().startswith("{"):
-        if not os.path.isfile(raw):
-            raise OptionError(
-                "option 'service_account_json' is neither a JSON object nor the path of an "
-                "existing file (the value is not shown)",
-                option="service_account_json",
-                value="***",
-            )
-        with open(raw, encoding="utf-8") as f:
-            text = f.read()
-    try:
-        info = json.loads(text)
-    except ValueError as exc:
-        raise OptionError(
-            "option 'service_account_json' is not valid JSON (line "
-            f"{getattr(exc, 'lineno', '?')}, column {getattr(exc, 'colno', '?')}; the value "
-            "is not shown)",
-            option="service_account_json",
-            value="***",
-        ) from None
-    if not isinstance(info, dict):
-        raise OptionError(
-            "option 'service_account_json' must hold a JSON object (a service account key)",
-            option="service_account_json",
-            value="***",
-        )
-    return info
+def translate(exc: BaseException, where: str) -> QuixSinksError:
+    """The quixsinks error for what a BigQuery client raised (chain the original)."""
+    error = google.classify(exc, where, _SERVICE)
+    if error is None:
+        return DestinationError(f"{where}: {type(exc).__name__}: {exc}", location=where)
+    return error
 
 
 @dataclass
@@ -129,6 +93,14 @@ class Clients:
                 self.channel.close()
 
 
+_CLIENTS: ClientCache[Clients] = ClientCache("bigquery clients", lambda c: c.close())
+
+
+def clients(options: BigQueryOptions) -> Clients:
+    """The process's cached clients for ``options`` (made on first use)."""
+    return _CLIENTS.get(client_key(options), lambda: _create(options))
+
+
 def _create(options: BigQueryOptions) -> Clients:
     bigquery = import_bigquery()
     from google.api_core.client_options import ClientOptions
@@ -136,48 +108,37 @@ def _create(options: BigQueryOptions) -> Clients:
 
     creds = credentials(options)
     endpoint = options.api_endpoint
-    rest_options = ClientOptions(api_endpoint=endpoint) if endpoint else None
     try:
         bq = bigquery.Client(
             project=options.project_id,
             credentials=creds,
             location=options.location,
-            client_options=rest_options,
+            client_options=ClientOptions(api_endpoint=endpoint) if endpoint else None,
         )
     except Exception as exc:
         raise translate(exc, describe(options)) from exc
     channel = None
-    if options.emulator and options.grpc_endpoint:
-        import grpc
-        from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
-            BigQueryWriteGrpcTransport,
-        )
-
-        channel = grpc.insecure_channel(
-            options.grpc_endpoint,
-            options=[
-                ("grpc.max_send_message_length", 20 * 1024 * 1024),
-                ("grpc.max_receive_message_length", 20 * 1024 * 1024),
-            ],
-        )
-        write = bigquery_storage_v1.BigQueryWriteClient(
-            transport=BigQueryWriteGrpcTransport(channel=channel)
-        )
-    else:
-        grpc_options = (
-            ClientOptions(api_endpoint=options.grpc_endpoint) if options.grpc_endpoint else None
-        )
-        try:
-            write = bigquery_storage_v1.BigQueryWriteClient(
-                credentials=creds, client_options=grpc_options
+    try:
+        if options.emulator and options.grpc_endpoint:
+            from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
+                BigQueryWriteGrpcTransport,
             )
-        except Exception as exc:
-            bq.close()
-            raise translate(exc, describe(options)) from exc
+
+            channel = google.emulator_channel(
+                options.grpc_endpoint, max_message_bytes=_EMULATOR_MESSAGE_BYTES
+            )
+            transport = BigQueryWriteGrpcTransport(channel=channel)
+            write = bigquery_storage_v1.BigQueryWriteClient(transport=transport)
+        else:
+            grpc_endpoint = options.grpc_endpoint
+            write = bigquery_storage_v1.BigQueryWriteClient(
+                credentials=creds,
+                client_options=ClientOptions(api_endpoint=grpc_endpoint) if grpc_endpoint else None,
+            )
+    except Exception as exc:
+        bq.close()
+        raise translate(exc, describe(options)) from exc
     return Clients(bq, write, channel)
-
-
-_CLIENTS: ClientCache[Clients] = ClientCache("bigquery clients", lambda c: c.close())
 
 
 def write_retry(options: BigQueryOptions) -> Any:
@@ -199,100 +160,27 @@ def write_retry(options: BigQueryOptions) -> Any:
     )
 
 
-def clients(options: BigQueryOptions) -> Clients:
-    """The process's cached clients for ``options`` (made on first use)."""
-    return _CLIENTS.get(client_key(options), lambda: _create(options))
+def ddl_kwargs(options: BigQueryOptions) -> dict[str, Any]:
+    """``timeout`` and ``retry`` of a REST call (tables, datasets, ledger reads)."""
+    from google.api_core.retry import Retry
+    from google.cloud.bigquery.retry import DEFAULT_RETRY
+
+    retry: Retry = DEFAULT_RETRY.with_deadline(options.retry_timeout)
+    return {"timeout": options.ddl_timeout, "retry": retry}
 
 
-def forget(options: BigQueryOptions) -> None:
-    _CLIENTS.discard(client_key(options))
+def run_query(options: BigQueryOptions, sql: str) -> None:
+    """Run one (multi-statement) query job to its end."""
+    from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
 
-
-def translate(exc: BaseException, where: str) -> QuixSinksError:
-    """The quixsinks error for a Google client exception (the original is chained)."""
-    if isinstance(exc, QuixSinksError):
-        return exc
+    deadline = options.retry_timeout
     try:
-        from google.api_core import exceptions as gexc
-        from google.auth import exceptions as aexc
-    except ImportError:  # pragma: no cover - the extra is installed wherever this runs
-        return DestinationError(f"{where}: {type(exc).__name__}: {exc}")
-    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
-        inner = translate(exc.cause, where)  # the last error behind the retries
-        if isinstance(inner, RetryableError):
-            return RetryableError(f"{inner.message} (retried until retry_timeout)")
-        return inner
-    text = _message(exc)
-    if isinstance(exc, aexc.DefaultCredentialsError):
-        return DestinationAccessDeniedError(
-            f"{where}: no Google credentials found; set 'service_account_json' or configure "
-            "application-default credentials (gcloud auth application-default login, or "
-            "GOOGLE_APPLICATION_CREDENTIALS)",
-            location=where,
+        job = clients(options).bigquery.query(
+            sql,
+            timeout=options.ddl_timeout,
+            retry=DEFAULT_RETRY.with_deadline(deadline),
+            job_retry=DEFAULT_JOB_RETRY.with_deadline(deadline),
         )
-    if isinstance(exc, aexc.GoogleAuthError):
-        return DestinationAccessDeniedError(
-            f"{where}: the credentials were refused ({type(exc).__name__}: {text}); check "
-            "'service_account_json' (the key may be revoked or for another project)",
-            location=where,
-        )
-    if isinstance(exc, gexc.NotFound):
-        return DestinationNotFoundError(f"{where}: not found: {text}", location=where)
-    if isinstance(exc, (gexc.Unauthorized, gexc.Forbidden)) and not isinstance(
-        exc, gexc.TooManyRequests
-    ):
-        if _reason(exc) in ("rateLimitExceeded", "quotaExceeded"):
-            return SinkBackpressureError(5.0, f"{where}: {text}")
-        return DestinationAccessDeniedError(
-            f"{where}: access denied ({type(exc).__name__}): {text}; the credentials need "
-            "roles/bigquery.dataEditor on the dataset and roles/bigquery.jobUser on the project",
-            location=where,
-        )
-    if isinstance(exc, (gexc.TooManyRequests, gexc.ResourceExhausted)):
-        return SinkBackpressureError(5.0, f"{where}: throttled: {text}")
-    if isinstance(exc, (gexc.DeadlineExceeded, TimeoutError)):
-        return RetryableError(f"{where}: timed out ({type(exc).__name__}: {text}; {_TIMEOUTS})")
-    if isinstance(
-        exc,
-        (
-            gexc.ServiceUnavailable,
-            gexc.InternalServerError,
-            gexc.BadGateway,
-            gexc.GatewayTimeout,
-            gexc.DeadlineExceeded,
-            gexc.RetryError,
-            gexc.Aborted,
-        ),
-    ):
-        return RetryableError(f"{where}: {type(exc).__name__}: {text}")
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return RetryableError(f"{where}: {type(exc).__name__}: {exc}")
-    try:
-        import requests
-
-        if isinstance(exc, requests.Timeout):
-            return RetryableError(f"{where}: timed out ({type(exc).__name__}; {_TIMEOUTS})")
-        if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
-            return RetryableError(
-                f"{where}: cannot reach BigQuery ({type(exc).__name__}); check the network "
-                "and api_endpoint"
-            )
-    except ImportError:  # pragma: no cover
-        pass
-    return DestinationError(f"{where}: {type(exc).__name__}: {text}", location=where)
-
-
-#: what bounds a call, for timeout messages
-_TIMEOUTS = "no answer within the options ddl_timeout, insert_timeout or retry_timeout"
-
-
-def _reason(exc: Any) -> str:
-    for error in getattr(exc, "errors", None) or []:
-        if isinstance(error, dict) and error.get("reason"):
-            return str(error["reason"])
-    return ""
-
-
-def _message(exc: BaseException) -> str:
-    text = getattr(exc, "message", None) or str(exc)
-    return str(text).splitlines()[0][:500] if text else type(exc).__name__
+        job.result(timeout=deadline + options.insert_timeout)
+    except Exception as exc:
+        raise translate(exc, describe(options)) from exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -23,11 +22,11 @@ STAGING_SUFFIX = "_qs_staging"
 #: BigQuery's limit for one AppendRows request (10 MB); the sink stays below it
 MAX_APPEND_BYTES = 10 * 1000 * 1000
 
-#: a project id, or a domain-scoped one (``example.com:my-project``); matched whole
-#: (``fullmatch``: ``$`` would let a trailing newline through)
-_PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{0,62}", re.IGNORECASE)
-_DATASET = re.compile(r"[A-Za-z0-9_]{1,1024}")
-_TABLE = re.compile(r"[\w\- ]{1,1024}", re.UNICODE)
+#: names BigQuery takes (matched whole): a project id, or a domain-scoped one
+#: (``example.com:my-project``); datasets: letters, digits and _; tables: also - and spaces
+_PROJECT = r"(?i)(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{0,62}"
+_DATASET = r"[A-Za-z0-9_]{1,1024}"
+_TABLE = r"[\w\- ]{1,1024}"
 #: BigQuery's limit for a table name, in UTF-8 bytes
 MAX_TABLE_NAME_BYTES = 1024
 
@@ -38,13 +37,14 @@ class BigQueryOptions(LedgerOptions):
 
     project_id: str = option(
         env="GOOGLE_CLOUD_PROJECT",
+        pattern=_PROJECT,
         doc="Google Cloud project of the dataset (default: the GOOGLE_CLOUD_PROJECT variable)",
     )
     location: str | None = option(
         None, doc="Location of a dataset the sink creates, and of its jobs (e.g. EU, us-east1)"
     )
-    dataset_id: str = option(doc="Dataset of the table (created when missing)")
-    table_name: str = option(doc="Target table (created when missing)")
+    dataset_id: str = option(pattern=_DATASET, doc="Dataset of the table (created when missing)")
+    table_name: str = option(pattern=_TABLE, doc="Target table (created when missing)")
     service_account_json: str | None = option(
         None,
         secret=True,
@@ -99,26 +99,12 @@ class BigQueryOptions(LedgerOptions):
     max_request_bytes: int = option(
         9 * 1000 * 1000,
         minimum=1024,
+        maximum=MAX_APPEND_BYTES,
         doc="Largest AppendRows request the sink sends (BigQuery's limit: 10 MB)",
     )
 
     def validate(self) -> None:
         super().validate()
-        checks = (
-            ("project_id", self.project_id, _PROJECT),
-            ("dataset_id", self.dataset_id, _DATASET),
-            ("table_name", self.table_name, _TABLE),
-        )
-        for name, value, pattern in checks:
-            if not pattern.fullmatch(value):
-                raise OptionError(
-                    f"bigquery: option {name!r} has value {value!r}, which BigQuery does not "
-                    "accept as a name (projects: a letter, then letters, digits and -, "
-                    "optionally after a domain and ':' as in example.com:my-project; "
-                    "datasets: letters, digits and _; tables: also - and spaces)",
-                    option=name,
-                    value=value,
-                )
         # the staging table (exactly-once) is the table's name with a suffix: it must fit too
         limit = MAX_TABLE_NAME_BYTES - (len(STAGING_SUFFIX) if self.exactly_once else 0)
         size = len(self.table_name.encode("utf-8"))
@@ -129,12 +115,6 @@ class BigQueryOptions(LedgerOptions):
                 f"{len(STAGING_SUFFIX)} of them for its staging table: at most {limit}",
                 option="table_name",
                 value=self.table_name,
-            )
-        if self.max_request_bytes > MAX_APPEND_BYTES:
-            raise OptionError(
-                f"option 'max_request_bytes' is above BigQuery's limit of {MAX_APPEND_BYTES}",
-                option="max_request_bytes",
-                value=str(self.max_request_bytes),
             )
 
     @property

@@ -31,7 +31,7 @@ from __future__ import annotations
 import decimal
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -458,13 +458,3 @@ def _jsonable(value: Any, t: pa.DataType) -> Any:
     if isinstance(value, decimal.Decimal):
         return float(value)  # BigQuery JSON keeps numbers as FLOAT64 (or INT64)
     return value
-
-
-@dataclass
-class TableShape:
-    """The columns of a table as BigQuery reports them (name -> field), in order."""
-
-    fields: list[BQField] = field(default_factory=list)
-
-    def by_name(self) -> dict[str, BQField]:
-        return {f.name.lower(): f for f in self.fields}

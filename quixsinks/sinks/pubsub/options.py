@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -10,26 +9,29 @@ from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
 from quixsinks.core.sink import CommonOptions
 
-from .limits import name_problem
+from .wire import name_problem
 
-__all__ = ["MAX_MESSAGE_BYTES", "PubSubOptions"]
+__all__ = ["MAX_REQUEST_BYTES", "MAX_REQUEST_MESSAGES", "PubSubOptions"]
 
-#: Pub/Sub refuses a message (data, attributes and ordering key) larger than this
-MAX_MESSAGE_BYTES = 10_000_000
-#: and a publish request larger than this (the publisher's batch max_bytes cap)
+#: Pub/Sub refuses a publish request larger than this (the publisher's batch max_bytes cap)
 MAX_REQUEST_BYTES = 10_000_000
 #: and more than this many messages in one publish request
 MAX_REQUEST_MESSAGES = 1000
 
-_TOPIC_ID = re.compile(r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}")
+#: a topic id: 3 to 255 of letters, digits and - _ . ~ + %, starting with a letter, not
+#: with "goog" (in any case)
+_TOPIC_ID = r"(?![Gg][Oo][Oo][Gg])[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PubSubOptions(CommonOptions):
     sink_name: ClassVar[str] = "pubsub"
 
-    project_id: str = option(doc="Google Cloud project of the topic")
-    topic_id: str = option(doc="Topic id (the last part of projects/<project>/topics/<topic>)")
+    project_id: str = option(pattern=r"[^/]+", doc="Google Cloud project of the topic")
+    topic_id: str = option(
+        pattern=_TOPIC_ID,
+        doc="Topic id: the last part of projects/<project>/topics/<topic>, not the path",
+    )
     service_account_json: str | None = option(
         None,
         secret=True,
@@ -43,6 +45,7 @@ class PubSubOptions(CommonOptions):
     )
     value_serializer: str | None = option(
         None,
+        one_of="data",
         doc="Import path (module:function) called per row on the value dict; returns str or "
         "bytes (Quix's json.dumps is the default, built vectorised)",
     )
@@ -53,6 +56,7 @@ class PubSubOptions(CommonOptions):
     )
     data_column: str | None = option(
         None,
+        one_of="data",
         doc="Send this binary or string column as the message data, as is (default: the "
         "value serialized)",
     )
@@ -90,12 +94,14 @@ class PubSubOptions(CommonOptions):
     max_messages: int = option(
         MAX_REQUEST_MESSAGES,
         minimum=1,
-        doc="Batch setting: messages per publish request (at most 1000)",
+        maximum=MAX_REQUEST_MESSAGES,
+        doc="Batch setting: messages per publish request",
     )
     max_bytes: int = option(
         4 * 1024 * 1024,
         minimum=1,
-        doc="Batch setting: bytes per publish request (at most 10,000,000)",
+        maximum=MAX_REQUEST_BYTES,
+        doc="Batch setting: bytes per publish request",
     )
     max_latency: float = option(
         0.01,
@@ -129,39 +135,6 @@ class PubSubOptions(CommonOptions):
 
     def validate(self) -> None:
         super().validate()
-        if not _TOPIC_ID.fullmatch(self.topic_id) or self.topic_id.lower().startswith("goog"):
-            raise OptionError(
-                f"pubsub: 'topic_id' {self.topic_id!r} is not a valid topic id (3 to 255 of "
-                "letters, digits and - _ . ~ + %, starting with a letter, not with 'goog'); "
-                "give the id, not the projects/.../topics/... path",
-                option="topic_id",
-                value=self.topic_id,
-            )
-        if not self.project_id or "/" in self.project_id:
-            raise OptionError(
-                f"pubsub: 'project_id' {self.project_id!r} is not a project id",
-                option="project_id",
-                value=self.project_id,
-            )
-        if self.max_messages > MAX_REQUEST_MESSAGES:
-            raise OptionError(
-                f"pubsub: 'max_messages' is {self.max_messages}; a publish request holds at "
-                f"most {MAX_REQUEST_MESSAGES} messages",
-                option="max_messages",
-                value=self.max_messages,
-            )
-        if self.max_bytes > MAX_REQUEST_BYTES:
-            raise OptionError(
-                f"pubsub: 'max_bytes' is {self.max_bytes}; a publish request holds at most "
-                f"{MAX_REQUEST_BYTES} bytes",
-                option="max_bytes",
-                value=self.max_bytes,
-            )
-        if self.data_column is not None and self.value_serializer is not None:
-            raise OptionError(
-                "pubsub: give at most one of 'data_column' and 'value_serializer'",
-                option="value_serializer",
-            )
         problem = name_problem(self.dedupe_attribute)
         if problem:
             raise OptionError(
