@@ -34,7 +34,6 @@ first needed.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import uuid
@@ -42,7 +41,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
 
 from .clients import ClientCache, secret_digest
-from .destinations import DEFAULT_STORAGE_TIMEOUT, Destination
 from .errors import (
     DestinationError,
     DestinationNotFoundError,
@@ -52,6 +50,8 @@ from .errors import (
     QuixSinksError,
     timed_out,
 )
+from .storage import DEFAULT_STORAGE_TIMEOUT, Destination
+from .upload import UploadTarget, upload_stream
 from .vendors.google import GoogleService, classify, credentials, service_account_info
 from .vendors.http import import_client
 
@@ -345,13 +345,7 @@ class GCSDestination(Destination):
             )
 
     def write_with(self, key: str, produce: Callable[[BinaryIO], None]) -> int:
-        stream = _ChunkedUpload(self, key)
-        try:
-            produce(stream)  # type: ignore[arg-type]
-            return stream.finish()
-        except BaseException:
-            stream.abandon()
-            raise
+        return upload_stream(_ResumableUpload(self, key), produce, part_size=self.CHUNK_SIZE)
 
     def read_bytes(self, key: str) -> bytes:
         blob = self._blob(key)
@@ -444,40 +438,22 @@ class GCSDestination(Destination):
         return True
 
 
-class _ChunkedUpload(io.RawIOBase):
-    """A write-only stream for ``write_with``: up to ``CHUNK_SIZE`` bytes in memory, then a
-    resumable upload fed in chunks (the SDK's BlobWriter), so memory stays bounded."""
+class _ResumableUpload(UploadTarget):
+    """One object for ``write_with``: a small output is one upload; a larger one is a
+    resumable upload fed in ``CHUNK_SIZE`` chunks (the SDK's BlobWriter), which becomes
+    visible only when it is closed."""
 
     def __init__(self, destination: GCSDestination, key: str) -> None:
-        super().__init__()
         self.destination = destination
         self.key = key
-        self.buffer = bytearray()
-        self.size = 0
         self.writer: Any = None
 
-    def writable(self) -> bool:
-        return True
+    def put_whole(self, data: bytes) -> None:
+        self.destination.write_bytes(self.key, data)
 
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.size += len(view)
-        if self.writer is not None:
-            with self.destination._translate(self.destination._where(self.key), missing="bucket"):
-                self.writer.write(view)
-            return len(view)
-        self.buffer += view
-        if len(self.buffer) >= self.destination.CHUNK_SIZE:
-            self._start_resumable()
-        return len(view)
-
-    def tell(self) -> int:
-        return self.size
-
-    def _start_resumable(self) -> None:
+    def begin(self) -> None:
         blob = self.destination._blob(self.key)
-        where = self.destination._where(self.key)
-        with self.destination._translate(where, missing="bucket"):
+        with self.destination._translate(self.destination._where(self.key), missing="bucket"):
             self.writer = blob.open(
                 "wb",
                 chunk_size=self.destination.CHUNK_SIZE,
@@ -485,25 +461,21 @@ class _ChunkedUpload(io.RawIOBase):
                 retry=None,
                 timeout=self.destination._timeout,
             )
-            pending, self.buffer = bytes(self.buffer), bytearray()
-            self.writer.write(pending)
 
-    def finish(self) -> int:
-        if self.writer is None:
-            self.destination.write_bytes(self.key, bytes(self.buffer))
-            self.buffer = bytearray()
-        else:
-            with self.destination._translate(self.destination._where(self.key), missing="bucket"):
-                self.writer.close()
-            self.writer = None
-        return self.size
+    def put_part(self, number: int, data: bytes) -> None:
+        with self.destination._translate(self.destination._where(self.key), missing="bucket"):
+            self.writer.write(data)
 
-    def abandon(self) -> None:
+    def complete(self, parts: list[Any], size: int) -> None:
+        with self.destination._translate(self.destination._where(self.key), missing="bucket"):
+            self.writer.close()
+        self.writer = None
+
+    def abort(self) -> None:
         """Cancel a resumable upload that will not be finished (nothing becomes visible)."""
         if self.writer is not None:
             _close_quietly(self.writer)
             self.writer = None
-        self.buffer = bytearray()
 
 
 def _not_found() -> type[Exception]:

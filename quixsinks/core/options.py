@@ -147,11 +147,11 @@ class OptionSpec:
         if self.positive:
             words.append("above 0")
         if self.minimum is not None and self.maximum is not None:
-            words.append(f"{self.minimum:g} to {self.maximum:g}")
+            words.append(f"{_number(self.minimum)} to {_number(self.maximum)}")
         elif self.minimum is not None:
-            words.append(f"at least {self.minimum:g}")
+            words.append(f"at least {_number(self.minimum)}")
         elif self.maximum is not None:
-            words.append(f"at most {self.maximum:g}")
+            words.append(f"at most {_number(self.maximum)}")
         if self.pattern is not None:
             words.append(f"matches `{self.pattern.replace('|', chr(92) + '|')}`")
         if self.one_of is not None:
@@ -512,6 +512,11 @@ def _parse(spec: OptionSpec, raw: str, hint: Any) -> Any:
     raise TypeError(f"unsupported option type {hint!r} for {spec.name!r}")
 
 
+def _number(value: float) -> str:
+    """A limit as people write it: ``10000000``, ``0.5`` (never ``1e+07``)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _check_pattern(spec: OptionSpec, value: str, bad: Callable[..., OptionError]) -> None:
     if spec.pattern is not None and re.fullmatch(spec.pattern, value) is None:
         raise bad(spec.pattern_name or f"a value matching {spec.pattern!r}", spec.pattern)
@@ -528,18 +533,18 @@ def _check_range(spec: OptionSpec, number: float, shown: str) -> None:
     minimum = spec.minimum
     if minimum is not None and number < minimum:
         raise OptionError(
-            f"option {spec.name!r} has value {shown!r}, expected a number >= {minimum:g}",
+            f"option {spec.name!r} has value {shown!r}, expected a number >= {_number(minimum)}",
             option=spec.name,
             value=shown,
-            allowed=f">= {minimum:g}",
+            allowed=f">= {_number(minimum)}",
         )
     maximum = spec.maximum
     if maximum is not None and number > maximum:
         raise OptionError(
-            f"option {spec.name!r} has value {shown!r}, expected a number <= {maximum:g}",
+            f"option {spec.name!r} has value {shown!r}, expected a number <= {_number(maximum)}",
             option=spec.name,
             value=shown,
-            allowed=f"<= {maximum:g}",
+            allowed=f"<= {_number(maximum)}",
         )
 
 
