@@ -271,8 +271,3 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
 def _now_ms() -> float:
     """The wall clock in milliseconds (snapshot timestamps are wall-clock times)."""
     return time.time() * 1000
-
-
-def _now_ms() -> float:
-    """The wall clock in milliseconds (snapshot timestamps are wall-clock times)."""
-    return time.time() * 1000
