@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -40,6 +40,7 @@ __all__ = [
     "PYARROW_FILE_IO",
     "PYARROW_FLOOR",
     "TIMEOUT_PROPERTY",
+    "AwsCredentials",
     "TableCatalog",
     "catalog_error",
     "forget_catalog",
@@ -100,21 +101,23 @@ def properties_key(
     return tuple(key)
 
 
+class AwsCredentials(Protocol):
+    """The AWS credential options a sink's options hold under these names."""
+
+    aws_access_key_id: str | None
+    aws_secret_access_key: str | None
+    aws_session_token: str | None
+
+
 def s3_properties(
-    *,
-    region: str | None,
-    access_key_id: str | None,
-    secret_access_key: str | None,
-    session_token: str | None,
-    endpoint: str | None,
-    glue: bool = False,
+    options: AwsCredentials, *, region: str | None, endpoint: str | None, glue: bool = False
 ) -> dict[str, str]:
     """S3 (and, for a Glue catalog, Glue) credentials under pyiceberg's property names."""
     values = {
         "region": region,
-        "access-key-id": access_key_id,
-        "secret-access-key": secret_access_key,
-        "session-token": session_token,
+        "access-key-id": options.aws_access_key_id,
+        "secret-access-key": options.aws_secret_access_key,
+        "session-token": options.aws_session_token,
         "endpoint": endpoint,
     }
     props: dict[str, str] = {}

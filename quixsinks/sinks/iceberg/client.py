@@ -49,15 +49,9 @@ def catalog_properties(opts: IcebergOptions) -> dict[str, str]:
         local = local_dir(opts.warehouse)
         if local is not None:
             props["uri"] = f"sqlite:///{local}/catalog.db"
+    glue = opts.catalog_type == "glue"
     props.update(
-        s3_properties(
-            region=opts.aws_region,
-            access_key_id=opts.aws_access_key_id,
-            secret_access_key=opts.aws_secret_access_key,
-            session_token=opts.aws_session_token,
-            endpoint=opts.aws_endpoint_url,
-            glue=opts.catalog_type == "glue",
-        )
+        s3_properties(opts, region=opts.aws_region, endpoint=opts.aws_endpoint_url, glue=glue)
     )
     props["py-io-impl"] = PYARROW_FILE_IO
     props[TIMEOUT_PROPERTY] = f"{opts.catalog_timeout_seconds:g}"

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import option
-from quixsinks.core.secrets import REDACTED, is_secret_name, mask_value
+from quixsinks.core.secrets import is_secret_name
 from quixsinks.core.sink import LedgerOptions
 from quixsinks.core.tables.catalog import properties_key
 
@@ -265,14 +265,6 @@ class IcebergOptions(LedgerOptions):
                 option="warehouse",
                 value=self.warehouse,
             )
-
-    def shown_catalog_properties(self) -> dict[str, str]:
-        """The pass-through catalog properties with credentials replaced by ``***`` (and
-        URL passwords masked)."""
-        return {
-            k: REDACTED if is_secret_property(k) else mask_value(v)
-            for k, v in self.catalog_properties
-        }
 
     def catalog_properties_key(self) -> tuple[Hashable, ...]:
         """The pass-through catalog properties as part of a cache key (credentials only as

@@ -67,28 +67,28 @@ def nullable(schema: pa.Schema) -> pa.Schema:
 def check_types(schema: pa.Schema) -> None:
     """Types Iceberg cannot hold fail before any data moves, naming the column."""
 
+    def refuse(name: str, why: str) -> OptionError:
+        return OptionError(f"iceberg: column {name!r} {why}", option="columns", value=name)
+
     def check(name: str, t: pa.DataType) -> None:
         if pa.types.is_unsigned_integer(t):
-            raise OptionError(
-                f"iceberg: column {name!r} has type {t}; Iceberg has no unsigned integers: "
-                "cast it to a wider signed type (e.g. bigint) first",
-                option="columns",
-                value=name,
+            raise refuse(
+                name,
+                f"has type {t}; Iceberg has no unsigned integers: cast it to a wider signed "
+                "type (e.g. bigint) first",
             )
         if pa.types.is_null(t):
-            raise OptionError(
-                f"iceberg: column {name!r} has no type (NullType, e.g. lit(None)); cast it to "
-                "the type the column should have",
-                option="columns",
-                value=name,
+            raise refuse(
+                name,
+                "has no type (NullType, e.g. lit(None)); cast it to the type the column "
+                "should have",
             )
         if pa.types.is_map(t):
             if pa.types.is_nested(t.key_type):
-                raise OptionError(
-                    f"iceberg: column {name!r} is a map with {t.key_type} keys; this sink "
-                    "writes maps with primitive keys only",
-                    option="columns",
-                    value=name,
+                raise refuse(
+                    name,
+                    f"is a map with {t.key_type} keys; this sink writes maps with primitive "
+                    "keys only",
                 )
             check(f"{name}.value", t.item_type)
         elif pa.types.is_struct(t):

@@ -74,15 +74,8 @@ def catalog_of(options: TSDataLakeOptions) -> TableCatalog:
     """The table layer's view of the ``catalog_url`` options."""
     props: dict[str, str] = {"type": "rest", "uri": str(options.catalog_url)}
     if str(options.path).startswith(("s3://", "s3a://")):  # the files' store, for pyiceberg
-        props.update(
-            s3_properties(
-                region=options.region_name,
-                access_key_id=options.aws_access_key_id,
-                secret_access_key=options.aws_secret_access_key,
-                session_token=options.aws_session_token,
-                endpoint=options.endpoint_url,
-            )
-        )
+        s3 = s3_properties(options, region=options.region_name, endpoint=options.endpoint_url)
+        props.update(s3)
     props["py-io-impl"] = PYARROW_FILE_IO
     props[TIMEOUT_PROPERTY] = f"{options.catalog_timeout_seconds:g}"
     if options.catalog_auth_token:

@@ -77,9 +77,6 @@ class Layout:
     timestamp_column: str | None
     timestamp_unit: str = "ms"
 
-    def describe(self) -> str:
-        return "/".join(f"{c}=..." for c in self.hive_columns) or "(unpartitioned)"
-
     def split(self, table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
         """Yield ``(partition path, rows)`` per partition, the hive identity columns dropped.
 
