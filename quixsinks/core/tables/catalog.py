@@ -104,9 +104,12 @@ def properties_key(
 class AwsCredentials(Protocol):
     """The AWS credential options a sink's options hold under these names."""
 
-    aws_access_key_id: str | None
-    aws_secret_access_key: str | None
-    aws_session_token: str | None
+    @property
+    def aws_access_key_id(self) -> str | None: ...
+    @property
+    def aws_secret_access_key(self) -> str | None: ...
+    @property
+    def aws_session_token(self) -> str | None: ...
 
 
 def s3_properties(
