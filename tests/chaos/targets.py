@@ -586,7 +586,7 @@ class IcebergTarget(Target):
 
     def read_ids(self, cell: Cell) -> list[int]:
         from quixsinks.sinks.iceberg import IcebergOptions
-        from quixsinks.sinks.iceberg.catalog import load_catalog
+        from quixsinks.sinks.iceberg.client import load_catalog
 
         catalog = load_catalog(IcebergOptions.from_options(self.options(cell)))
         if not catalog.table_exists("db.events"):

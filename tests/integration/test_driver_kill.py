@@ -186,7 +186,7 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     assert sorted(unique.values()) == ids, f"seed {seed}"
     # iceberg: every row once, one snapshot per micro-batch (batch ids never repeat)
     from quixsinks.sinks.iceberg import IcebergOptions
-    from quixsinks.sinks.iceberg.catalog import load_catalog
+    from quixsinks.sinks.iceberg.client import load_catalog
 
     table = load_catalog(IcebergOptions.from_options(iceberg)).load_table("db.events")
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == ids, f"seed {seed}"

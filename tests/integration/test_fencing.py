@@ -55,7 +55,7 @@ def cases(
 
     def read_iceberg() -> list[int]:
         from quixsinks.sinks.iceberg import IcebergOptions
-        from quixsinks.sinks.iceberg.catalog import load_catalog
+        from quixsinks.sinks.iceberg.client import load_catalog
 
         opts = IcebergOptions.from_options(iceberg_options)
         table = load_catalog(opts).load_table("db.events")

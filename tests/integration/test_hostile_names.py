@@ -356,7 +356,7 @@ def test_bigquery_names_and_values(spark: Any, bigquery_sink: dict[str, Any]) ->
 
 def test_iceberg_names_and_values(spark: Any, tmp_path: Path) -> None:
     from quixsinks.sinks.iceberg import IcebergOptions
-    from quixsinks.sinks.iceberg.catalog import load_catalog
+    from quixsinks.sinks.iceberg.client import load_catalog
 
     name = "ns ümlaut.ev-ents 名前 'x'"
     columns = {"id": "long", 'col "q"; --': "string", "a.b": "string", "\u0430dmin": "string"}
@@ -381,7 +381,7 @@ def test_tsdatalake_partition_values_on_s3(spark: Any, request: pytest.FixtureRe
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from quixsinks.sinks.tsdatalake.layout import decode_segment
+    from quixsinks.sinks.tsdatalake.wire import decode_segment
 
     from .test_object_storage import make_store
 

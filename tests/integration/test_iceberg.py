@@ -17,7 +17,7 @@ from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import LedgerFenceError, OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt
 from quixsinks.sinks.iceberg import IcebergOptions, IcebergSink
-from quixsinks.sinks.iceberg.catalog import load_catalog
+from quixsinks.sinks.iceberg.client import load_catalog
 from quixsinks.testing import faulty
 
 from .streams import run_available_now, write_input_files

@@ -73,7 +73,7 @@ def iceberg_case(tmp_path: Path) -> Case:
 
     def read() -> list[int]:
         from quixsinks.sinks.iceberg import IcebergOptions
-        from quixsinks.sinks.iceberg.catalog import load_catalog
+        from quixsinks.sinks.iceberg.client import load_catalog
 
         table = load_catalog(IcebergOptions.from_options(options)).load_table("db.events")
         return sorted(table.scan().to_arrow().column("id").to_pylist())

@@ -307,7 +307,7 @@ def mqtt_messages(where: dict[str, Any]) -> list[Any]:
 
 def iceberg_rows(where: dict[str, Any]) -> list[dict[str, Any]]:
     from quixsinks.sinks.iceberg import IcebergOptions
-    from quixsinks.sinks.iceberg.catalog import load_catalog
+    from quixsinks.sinks.iceberg.client import load_catalog
 
     catalog = load_catalog(IcebergOptions.from_options(where["options"]))
     if not catalog.table_exists(where["options"]["table_name"]):

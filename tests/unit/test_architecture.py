@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pickle
@@ -9,6 +10,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -94,6 +96,108 @@ def test_one_client_cache_mechanism() -> None:
         if "_CLIENTS: dict" in text or "atexit" in text or "fcntl" in text:
             offenders.append(str(path))
     assert offenders == []
+
+
+# ----------------------------------------------------------------------------- caches
+
+#: module-level state a process fills at run time, found by the AST walk below, that is not a
+#: client cache: "path:name" -> why it may stay. Anything else goes through ClientCache.
+NOT_A_CACHE = {
+    "spark/registry.py:_REGISTERED": "the sinks register() was called with (bounded by them)",
+    "spark/registry.py:_CLASH_TOLD": "names already warned about (bounded by the sinks)",
+    "spark/datasource.py:_PREFLIGHT_DONE": "preflight checks done in this driver (issue 29)",
+    "spark/datasource.py:_utc_timestamps": "one value per process (a pyspark signature)",
+    "spark/workers.py:_checked": "interpreters checked in this driver (one or two)",
+    "core/secrets.py:is_secret_name": "bounded (maxsize) and keyed by option names only",
+}
+_CONTAINERS = {"dict", "set", "list", "OrderedDict", "defaultdict", "WeakValueDictionary"}
+_CACHE_DECORATORS = {"cache", "lru_cache"}
+
+
+def _called_name(node: ast.expr) -> str | None:
+    """``f`` of ``f(...)``, ``module.f(...)`` or a bare ``f``/``module.f``."""
+    target = node.func if isinstance(node, ast.Call) else node
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return None
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """The statements that run at import (nested in ``if``/``try`` blocks too)."""
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, (ast.If, ast.Try)):
+            pending.extend([*node.body, *node.orelse, *getattr(node, "finalbody", [])])
+            for handler in getattr(node, "handlers", []):
+                pending.extend(handler.body)
+
+
+def module_level_caches(path: Path) -> list[str]:
+    """Names of ``path`` that hold per-process state filled at run time: module-level
+    empty dicts, sets and lists (``{}``, ``set()``, ``dict[str, X] = {}``...) and functions
+    under ``functools.cache``/``lru_cache``."""
+    found = []
+    for node in _module_level(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(_called_name(d) in _CACHE_DECORATORS for d in node.decorator_list):
+                found.append(node.name)
+            continue
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        empty = (
+            (isinstance(value, ast.Dict) and not value.keys)
+            or (isinstance(value, ast.List) and not value.elts)
+            or (
+                isinstance(value, ast.Call)
+                and _called_name(value) in _CONTAINERS
+                and not value.args[(_called_name(value) == "defaultdict") :]
+                and not value.keywords
+            )
+        )
+        if empty:
+            names = [t.id for t in targets if isinstance(t, ast.Name) and t.id != "__all__"]
+            found.extend(names)
+    return found
+
+
+def test_module_level_caches_are_client_caches() -> None:
+    """Per-process caches are core's ClientCache (bounded, keyed without secrets, closed at
+    exit): no module-level dict, set or list filled at run time, no functools cache,
+    outside core/clients.py (the allowed exceptions say why)."""
+    root = Path(quixsinks.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        if where == "core/clients.py":
+            continue
+        offenders += [
+            f"{where}:{name}"
+            for name in module_level_caches(path)
+            if f"{where}:{name}" not in NOT_A_CACHE
+        ]
+    assert offenders == []
+
+
+def test_the_cache_finder_sees_every_kind_of_module_level_cache(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import functools\nfrom collections import OrderedDict\n"
+        "_A: dict[str, int] = {}\n_B = set()\n_C = OrderedDict()\n_D = []\n__all__ = []\n"
+        "TABLE = {'a': 1}\nPAIR = dict(a=1)\n"
+        "if True:\n    _E = {}\n"
+        "@functools.lru_cache(maxsize=None)\ndef f(x): return x\n"
+        "@functools.cache\ndef g(x): return x\n"
+        "def h():\n    local = {}\n    return local\n"
+    )
+    assert sorted(module_level_caches(source)) == ["_A", "_B", "_C", "_D", "_E", "f", "g"]
 
 
 def test_every_builtin_sink_has_an_auto_discovery_module() -> None:

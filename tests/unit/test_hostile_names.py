@@ -40,7 +40,7 @@ from quixsinks.sinks.pubsub.wire import (
 from quixsinks.sinks.redis import RedisOptions, RedisSink
 from quixsinks.sinks.redis.options import template_separators
 from quixsinks.sinks.tsdatalake import TSDataLakeOptions
-from quixsinks.sinks.tsdatalake.layout import (
+from quixsinks.sinks.tsdatalake.wire import (
     MAX_SEGMENT_BYTES,
     NULL_PARTITION,
     Layout,

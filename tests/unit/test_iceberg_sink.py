@@ -11,10 +11,10 @@ import pytest
 from quixsinks.core.errors import LedgerFenceError, MissingDependencyError, OptionError
 from quixsinks.core.ledger import Ledger
 from quixsinks.core.secrets import scrub
-from quixsinks.sinks.iceberg.catalog import catalog_properties
+from quixsinks.core.tables.partitioning import PartitionField, parse_partition_by
+from quixsinks.sinks.iceberg.client import catalog_properties
 from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore, summary_properties
 from quixsinks.sinks.iceberg.options import IcebergOptions
-from quixsinks.sinks.iceberg.partitioning import PartitionField, parse_partition_by
 
 pytest.importorskip("pyiceberg")
 
@@ -24,7 +24,7 @@ def test_a_pyarrow_older_than_pyicebergs_floor_is_named_before_any_write(
 ) -> None:
     import pyarrow as pa
 
-    from quixsinks.sinks.iceberg.catalog import import_pyiceberg
+    from quixsinks.sinks.iceberg.client import import_pyiceberg
 
     monkeypatch.setattr(pa, "__version__", "15.0.0")
     with pytest.raises(MissingDependencyError, match=r"'pyarrow>=17'.*found pyarrow 15\.0\.0") as e:
@@ -97,7 +97,7 @@ def test_every_rest_catalog_request_gets_the_catalog_timeout() -> None:
     from requests import Session
     from requests.adapters import BaseAdapter, HTTPAdapter
 
-    from quixsinks.sinks.iceberg.rest import TimeoutAdapter, with_timeout
+    from quixsinks.core.tables.pyiceberg_compat import TimeoutAdapter, with_timeout
 
     class Recording(BaseAdapter):
         timeouts: list[Any] = []
@@ -147,7 +147,7 @@ def test_catalog_timeout_is_a_catalog_property_and_must_be_positive() -> None:
 
 
 def test_the_glue_client_has_the_catalog_timeouts() -> None:
-    from quixsinks.sinks.iceberg.catalog import forget_catalog, load_catalog
+    from quixsinks.sinks.iceberg.client import forget_catalog, load_catalog
 
     opts = IcebergOptions.from_options(
         {
@@ -314,3 +314,29 @@ def test_an_azure_warehouse_in_the_account_form_is_refused_saying_what_to_write(
     assert IcebergOptions.from_options(fsspec).warehouse == options["warehouse"]
     plain = {**options, "warehouse": "abfss://lake/warehouse"}
     assert IcebergOptions.from_options(plain).warehouse == "abfss://lake/warehouse"
+
+
+def test_the_installed_pyiceberg_has_every_private_hook_the_compat_module_uses(
+    tmp_path: Any,
+) -> None:
+    """pyiceberg_compat wraps pyiceberg's private API; the iceberg extra's version range is
+    what this test proves (it runs in CI against the release the range admits)."""
+    import importlib
+
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from quixsinks.core.tables.pyiceberg_compat import PRIVATE_HOOKS, TRANSACTION_ATTRIBUTES
+
+    missing = []
+    for module, path in PRIVATE_HOOKS:
+        found: Any = importlib.import_module(module)
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if found is None:
+            missing.append(f"{module}.{path}")
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("ns")
+    tx = catalog.create_table("ns.t", schema=pa.schema([("a", pa.int64())])).transaction()
+    missing += [f"Transaction.{name}" for name in TRANSACTION_ATTRIBUTES if not hasattr(tx, name)]
+    assert missing == []

@@ -20,14 +20,20 @@ from hypothesis import strategies as st
 
 from quixsinks.core.errors import LocalStateError, OptionError, RecordError
 from quixsinks.sinks.tsdatalake import TSDataLakeOptions, TSDataLakeSink, track
-from quixsinks.sinks.tsdatalake.catalog import _time_value, _typed, expand, spec_fields
-from quixsinks.sinks.tsdatalake.layout import NULL_PARTITION, Layout
 from quixsinks.sinks.tsdatalake.silence import (
     SilenceSpool,
     SilenceWatcher,
     _callback_of,
     decode_key,
     encode_key,
+)
+from quixsinks.sinks.tsdatalake.wire import (
+    NULL_PARTITION,
+    Layout,
+    _time_value,
+    _typed,
+    expand,
+    spec_fields,
 )
 
 HOUR = 3_600_000

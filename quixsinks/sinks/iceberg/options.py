@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
 from urllib.parse import urlparse
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import option
-from quixsinks.core.secrets import REDACTED, is_secret_name, mask_value
+from quixsinks.core.secrets import is_secret_name
 from quixsinks.core.sink import LedgerOptions
+from quixsinks.core.tables.catalog import properties_key
 
 __all__ = [
     "CATALOG_PREFIX",
@@ -265,13 +266,10 @@ class IcebergOptions(LedgerOptions):
                 value=self.warehouse,
             )
 
-    def shown_catalog_properties(self) -> dict[str, str]:
-        """The pass-through catalog properties with credentials replaced by ``***`` (and
-        URL passwords masked)."""
-        return {
-            k: REDACTED if is_secret_property(k) else mask_value(v)
-            for k, v in self.catalog_properties
-        }
+    def catalog_properties_key(self) -> tuple[Hashable, ...]:
+        """The pass-through catalog properties as part of a cache key (credentials only as
+        a digest): :func:`~quixsinks.core.clients.client_key` covers the declared options."""
+        return properties_key(self.catalog_properties, self.secret_values())
 
     @property
     def expire_older_than_seconds(self) -> float | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -16,8 +15,6 @@ __all__ = ["TIME_COLUMNS", "TSDataLakeOptions", "TimestampUnit"]
 #: hive columns derived from the timestamp column (UTC, zero-padded)
 TIME_COLUMNS = ("year", "month", "day", "hour")
 TimestampUnit = Literal["ms", "s", "us", "ns"]
-#: matched whole (``fullmatch``: ``$`` would let a trailing newline through)
-_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,12 +27,18 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
         "abfs[s]://container@account.dfs.core.windows.net/prefix, az://container/prefix or "
         "gs://bucket/prefix (Quix's name: s3_prefix)",
     )
-    table_name: str = option(doc="Table: files go to <path>/<table_name>/<col>=<value>/...")
+    table_name: str = option(
+        # 1-255 letters, digits, '_', '-' or '.', not starting with '_' or '.' (readers skip
+        # those folders)
+        pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}",
+        doc="Table: files go to <path>/<table_name>/<col>=<value>/...",
+    )
     workspace_id: str = option(
         "", doc="Quix Cloud workspace id; recorded in the table's layout file, no path effect"
     )
     hive_columns: tuple[str, ...] = option(
         (),
+        pattern=r"[^/=]+",
         doc="Comma-separated partition columns, outermost first; year, month, day and hour "
         "are derived from timestamp_column (UTC), other names are value columns (identity)",
     )
@@ -121,19 +124,11 @@ class TSDataLakeOptions(LedgerOptions, StorageOptions):
 
     def validate(self) -> None:
         super().validate()
-        if not _TABLE_NAME.fullmatch(self.table_name) or self.table_name.startswith(("_", ".")):
-            raise OptionError(
-                f"tsdatalake: 'table_name' {self.table_name!r} must be 1-255 letters, digits, "
-                "'_', '-' or '.', not starting with '_' or '.' (readers skip those folders)",
-                option="table_name",
-                value=self.table_name,
-            )
         seen: set[str] = set()
         for name in self.hive_columns:
-            if not name or "/" in name or "=" in name or name in seen:
+            if name in seen:
                 raise OptionError(
-                    f"tsdatalake: 'hive_columns' {','.join(self.hive_columns)!r}: each column "
-                    "once, no empty names, no '/' or '='",
+                    f"tsdatalake: 'hive_columns' {','.join(self.hive_columns)!r}: each column once",
                     option="hive_columns",
                     value=",".join(self.hive_columns),
                 )

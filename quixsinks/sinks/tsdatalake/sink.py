@@ -5,7 +5,7 @@ Layout under ``path``::
     <table>/<col>=<value>/.../data_<uuid>.parquet   the data (Hive readers see only this)
     _quixsinks/<table>/                             staging, fenced ledger, layout.json
 
-A task splits its rows by partition (``layout.Layout``) and stages one Parquet file per
+A task splits its rows by partition (``wire.Layout``) and stages one Parquet file per
 partition (more with ``max_rows_per_file``); the partition columns are left out of the
 file. The driver publishes a micro-batch with the ``file`` sink's protocol
 (:class:`~quixsinks.core.publish.FilePublisher`): one create-only marker holding the
@@ -38,12 +38,12 @@ from quixsinks.core.publish import FilePublisher, PublishResult, StagedFile, Sta
 from quixsinks.core.records import RecordSchema
 from quixsinks.core.secrets import mask_value
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
-from quixsinks.sinks.iceberg.catalog import import_pyiceberg
+from quixsinks.core.tables.catalog import import_pyiceberg
 
-from .catalog import CatalogTable, RegisteredFile, read_published
-from .layout import Layout
+from .client import CatalogTable, RegisteredFile, read_published
 from .options import TIME_COLUMNS, TSDataLakeOptions
 from .silence import SilenceSpool
+from .wire import Layout
 
 __all__ = ["TSDataLakeSink", "TSPiece"]
 

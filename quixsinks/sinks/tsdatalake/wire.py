@@ -1,4 +1,5 @@
-"""Hive partitioning of a micro-batch: ``<col>=<value>/...`` paths, vectorised in Arrow.
+"""The tsdatalake layout: Hive partitioning of a micro-batch (``<col>=<value>/...`` paths,
+vectorised in Arrow), and its Iceberg equivalent for catalog registration.
 
 ``year``/``month``/``day``/``hour`` come from the timestamp column in UTC, zero-padded
 (``year=2026/month=03/day=07/hour=05``); any other hive column is a value column taken as
@@ -10,29 +11,52 @@ written ``%5F_None__``, so it reads back as itself, not as a null. ``..`` and ``
 they are: a segment is ``<col>=<value>``, never a bare dot name. A segment longer than 255
 bytes once encoded (what a local file system takes as one name) is a RecordError naming
 the column, the row and the value, before the batch writes anything.
+
+With ``catalog_url`` the table's Iceberg partition spec is equivalent to the hive columns
+(:func:`spec_fields`): the time columns become one time transform of the timestamp column
+(``hour(ts)`` for year/month/day/hour, ``day(ts)`` for year/month/day, and so on) when that
+column is a timestamp; with an integer epoch (Iceberg's time transforms take timestamps
+only) or a time chain with a gap (day without month), each time column is an identity
+partition of a string column instead. Any other hive column is an identity partition of
+its column; a file's partition tuple is read from its Hive path (:func:`partition_values`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from quixsinks.core.errors import RecordError
+from quixsinks.core.tables.partitioning import PartitionField
 
-from .options import TIME_COLUMNS
+from .options import TIME_COLUMNS, TSDataLakeOptions
 
-__all__ = ["MAX_SEGMENT_BYTES", "NULL_PARTITION", "Layout", "decode_segment", "encode_value"]
+__all__ = [
+    "MAX_SEGMENT_BYTES",
+    "NULL_PARTITION",
+    "Layout",
+    "decode_segment",
+    "describe_fields",
+    "encode_value",
+    "expand",
+    "hive_equivalent",
+    "partition_fields",
+    "partition_values",
+    "spec_fields",
+]
 
 NULL_PARTITION = "__None__"
 #: the longest directory name local file systems (ext4, APFS, NTFS) take, in bytes
 MAX_SEGMENT_BYTES = 255
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_DATE = dt.date(1970, 1, 1)
 _SAFE = "-_.~ +,;@!$&()'"
 #: identity partition values are written as text from these types only
 _PARTITIONABLE = (
@@ -52,9 +76,6 @@ class Layout:
     hive_columns: tuple[str, ...]
     timestamp_column: str | None
     timestamp_unit: str = "ms"
-
-    def describe(self) -> str:
-        return "/".join(f"{c}=..." for c in self.hive_columns) or "(unpartitioned)"
 
     def split(self, table: pa.Table) -> Iterator[tuple[str, pa.Table]]:
         """Yield ``(partition path, rows)`` per partition, the hive identity columns dropped.
@@ -241,3 +262,118 @@ def decode_segment(text: str) -> str | None:
     """The partition value a reader sees in a segment's text (None for the null
     partition): what Hive readers do, for tests and tools."""
     return None if text == NULL_PARTITION else unquote(text)
+
+
+# ----------------------------------------------------------------------------- Iceberg
+
+
+def _time_chain(opts: TSDataLakeOptions) -> str | None:
+    """The finest time column when the hive columns hold a prefix of year/month/day/hour,
+    side by side and in that order (what one time transform stands for)."""
+    hive = list(opts.hive_columns)
+    time = [c for c in hive if c in TIME_COLUMNS]
+    if not time or time != list(TIME_COLUMNS[: len(time)]):
+        return None
+    first = hive.index(time[0])
+    if hive[first : first + len(time)] != time:
+        return None
+    return time[-1]
+
+
+def spec_fields(
+    opts: TSDataLakeOptions, timestamp_type: pa.DataType | None
+) -> list[PartitionField]:
+    """The Iceberg partition fields equivalent to the hive columns, in their order."""
+    finest = _time_chain(opts)
+    transform = finest is not None and (
+        timestamp_type is not None and pa.types.is_timestamp(timestamp_type)
+    )
+    fields: list[PartitionField] = []
+    for column in opts.hive_columns:
+        if column in TIME_COLUMNS and transform:
+            if column == "year":  # the transform sits where the time columns start
+                fields.append(PartitionField(opts.timestamp_column, str(finest)))
+            continue
+        fields.append(PartitionField(column, "identity"))
+    return fields
+
+
+def partition_fields(spec: Any, schema: Any) -> list[PartitionField]:
+    """A table's partition spec as partition fields named by their source columns."""
+    return [
+        PartitionField(str(schema.find_column_name(f.source_id)), str(f.transform))
+        for f in spec.fields
+    ]
+
+
+def hive_equivalent(spec: Any, schema: Any) -> list[str]:
+    """The hive columns a table's partition spec stands for (``?`` for what has none)."""
+    return expand(partition_fields(spec, schema))
+
+
+def expand(fields: Iterable[PartitionField]) -> list[str]:
+    """The hive columns of partition fields: a time transform stands for its chain."""
+    out: list[str] = []
+    for field in fields:
+        if field.transform == "identity":
+            out.append(field.source)
+        elif field.transform in TIME_COLUMNS:
+            out.extend(TIME_COLUMNS[: TIME_COLUMNS.index(field.transform) + 1])
+        else:
+            out.append(f"{field.transform}({field.source})?")
+    return out
+
+
+def describe_fields(fields: Sequence[PartitionField]) -> str:
+    return ", ".join(
+        f.source if f.transform == "identity" else f"{f.transform}({f.source})" for f in fields
+    )
+
+
+def partition_values(key: str, spec: Any, schema: Any) -> list[Any]:
+    """A file's partition tuple, from its Hive path (``<table>/<col>=<value>/.../f``)."""
+    segments = key.split("/")[1:-1]
+    path: dict[str, str | None] = {}
+    for segment in segments:
+        name, _, text = segment.partition("=")
+        value = unquote(text)
+        path[unquote(name)] = None if value == NULL_PARTITION else value
+    values: list[Any] = []
+    for field in spec.fields:
+        transform = str(field.transform)
+        column = schema.find_field(field.source_id)
+        if transform == "identity":
+            values.append(_typed(path.get(column.name), column.field_type))
+            continue
+        values.append(_time_value(transform, path))
+    return values
+
+
+def _typed(text: str | None, field_type: Any) -> Any:
+    """A Hive path value as the Iceberg type of its column."""
+    if text is None:
+        return None
+    kind = str(field_type)
+    if kind in ("int", "long"):
+        return int(text)
+    if kind == "boolean":
+        return text.lower() == "true"
+    if kind == "date":
+        return (dt.date.fromisoformat(text) - _EPOCH_DATE).days
+    return text
+
+
+def _time_value(transform: str, path: dict[str, str | None]) -> int | None:
+    """The value of a time transform from the year/month/day/hour of a path."""
+    if any(path.get(c) is None for c in TIME_COLUMNS[: TIME_COLUMNS.index(transform) + 1]):
+        return None
+    year = int(str(path["year"]))
+    if transform == "year":
+        return year - 1970
+    month = int(str(path["month"]))
+    if transform == "month":
+        return (year - 1970) * 12 + month - 1
+    days = (dt.date(year, month, int(str(path["day"]))) - _EPOCH_DATE).days
+    if transform == "day":
+        return days
+    return days * 24 + int(str(path["hour"]))

@@ -1,19 +1,21 @@
-"""``partition_by``: a small text syntax for Iceberg partition transforms.
+"""Partition specs of the table layer, and ``partition_by``: a small text syntax for them.
 
 ``day(ts), bucket(16, id), truncate(4, name), identity(city), city`` is parsed into
 :class:`PartitionField` items (source column, transform, partition field name). Pure
-Python: the transforms are built by :func:`to_transform` where pyiceberg is present.
+Python: the transforms are built by :func:`to_transform` where pyiceberg is present, and
+:func:`add_partition_fields` adds them to a new table's spec.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from quixsinks.core.errors import OptionError
 
-__all__ = ["QUIX_LAYOUT", "PartitionField", "parse_partition_by", "to_transform"]
+__all__ = ["PartitionField", "add_partition_fields", "parse_partition_by", "to_transform"]
 
 _NO_ARG = ("identity", "year", "month", "day", "hour", "void")
 _ONE_ARG = ("bucket", "truncate")
@@ -41,10 +43,6 @@ class PartitionField:
         if self.width is not None:
             return f"{self.transform}({self.width}, {self.source})"
         return f"{self.transform}({self.source})"
-
-
-#: Quix IcebergSink's default layout: by key, then by day of the record time
-QUIX_LAYOUT = (PartitionField("_key", "identity"), PartitionField("_timestamp", "day"))
 
 
 def _split(text: str) -> list[str]:
@@ -127,3 +125,10 @@ def to_transform(field: PartitionField) -> Any:
     if field.transform == "truncate":
         return t.TruncateTransform(width=field.width or 1)
     return simple[field.transform]()
+
+
+def add_partition_fields(tx: Any, fields: Iterable[PartitionField]) -> None:
+    """Add ``fields`` to the partition spec of a table being created in transaction ``tx``."""
+    with tx.update_spec() as spec:
+        for pf in fields:
+            spec.add_field(pf.source, to_transform(pf), pf.name)

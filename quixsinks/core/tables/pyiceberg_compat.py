@@ -1,19 +1,32 @@
-"""pyiceberg's REST catalog with a timeout on every HTTP call.
+"""Every use of pyiceberg's private API, in one module (the ``iceberg`` extra pins the
+pyiceberg releases it is proven on: ``pyiceberg<0.13``; ``tests/unit/test_iceberg_sink.py``
+checks each hook below exists in the installed release).
 
-pyiceberg (0.12) gives its REST calls no timeout and has no property for one, and
-``requests`` waits forever by default: a catalog that accepts the connection and never
-answers hung the sink's planning and the driver's commit for good. :class:`TimeoutRestCatalog`
-is pyiceberg's ``RestCatalog`` whose HTTP sessions pass a (connect, read) timeout to every
-call made without one: each adapter mounted on a session (HTTP, HTTPS, and the request signer
-of ``rest.sigv4-enabled``) is wrapped in a :class:`TimeoutAdapter`. Headers, TLS settings and
-authentication stay pyiceberg's.
+* **Commits with our own requirements.** pyiceberg's ``Transaction.commit_transaction``
+  sends the transaction's updates with its requirements and nothing else; the table layer
+  adds its own (the table's UUID; for snapshot expiry, "main has not moved") and drives
+  its own retry (:mod:`.commit`), so it sends ``tx._requirements`` and ``tx._updates``
+  itself (:func:`commit_transaction`).
+* **A schema update's result before it is committed** (``UpdateSchema._apply``:
+  :func:`evolved_schema`), to tell "nothing to change" and ``schema_mode=freeze`` apart.
+* **Data files written from Arrow** without a commit (``pyiceberg.io.pyarrow.
+  _dataframe_to_data_files``: :func:`write_data_files`): executors write, the driver
+  commits.
+* **A timeout on every REST catalog call** (:class:`TimeoutRestCatalog`): pyiceberg (0.12)
+  gives its REST calls no timeout and has no property for one, and ``requests`` waits
+  forever by default: a catalog that accepts the connection and never answers hung the
+  sink's planning and the driver's commit for good. Its HTTP sessions pass a (connect,
+  read) timeout to every call made without one: each adapter mounted on a session (HTTP,
+  HTTPS, and the request signer of ``rest.sigv4-enabled``) is wrapped in a
+  :class:`TimeoutAdapter`. Headers, TLS settings and authentication stay pyiceberg's. The
+  hooks are ``RestCatalog._create_session`` (every session the catalog uses, the
+  configuration fetch of the constructor included) and
+  ``_create_legacy_oauth2_auth_manager`` (its token request with a ``credential`` is sent
+  while the session is being built); they go when pyiceberg has a timeout property
+  (apache/iceberg-python issue 2772). Not covered: the token requests of
+  ``auth.type=oauth2``, which pyiceberg sends with a module-level ``requests.post``.
 
-The hooks are pyiceberg's session factory ``RestCatalog._create_session`` (every session the
-catalog uses, the configuration fetch of the constructor included) and
-``_create_legacy_oauth2_auth_manager`` (its token request with a ``credential`` is sent while
-the session is being built). They are private: this module goes when pyiceberg has a timeout
-property (apache/iceberg-python issue 2772). Not covered: the token requests of
-``auth.type=oauth2``, which pyiceberg sends with a module-level ``requests.post``.
+Imported only once :func:`quixsinks.core.tables.catalog.import_pyiceberg` found pyiceberg.
 """
 
 from __future__ import annotations
@@ -28,7 +41,54 @@ from quixsinks.core.clients import connect_timeout
 
 from .catalog import TIMEOUT_PROPERTY
 
-__all__ = ["TimeoutAdapter", "TimeoutRestCatalog", "nest_ssl"]
+__all__ = [
+    "PRIVATE_HOOKS",
+    "TRANSACTION_ATTRIBUTES",
+    "TimeoutAdapter",
+    "TimeoutRestCatalog",
+    "commit_transaction",
+    "evolved_schema",
+    "nest_ssl",
+    "with_timeout",
+    "write_data_files",
+]
+
+#: (module, attribute path) of every private pyiceberg name this module relies on, but the
+#: attributes of a Transaction object (:data:`TRANSACTION_ATTRIBUTES`)
+PRIVATE_HOOKS = (
+    ("pyiceberg.table.update.schema", "UpdateSchema._apply"),
+    ("pyiceberg.io.pyarrow", "_dataframe_to_data_files"),
+    ("pyiceberg.catalog.rest", "RestCatalog._create_session"),
+    ("pyiceberg.catalog.rest", "RestCatalog._create_legacy_oauth2_auth_manager"),
+)
+
+#: the private attributes of a ``pyiceberg.table.Transaction`` that :func:`commit_transaction` reads
+TRANSACTION_ATTRIBUTES = ("_requirements", "_updates")
+
+
+def commit_transaction(table: Any, tx: Any, *requirements: Any) -> Any:
+    """Send ``tx``'s updates to ``table``'s catalog with its requirements and these, once
+    (no retry); the table object is updated to the committed metadata. Raises what the
+    catalog raises (``CommitFailedException`` on a conflict)."""
+    response = table.catalog.commit_table(table, (*tx._requirements, *requirements), tx._updates)
+    table.metadata = response.metadata
+    table.metadata_location = response.metadata_location
+    return table
+
+
+def evolved_schema(update: Any) -> Any:
+    """The schema a pending ``UpdateSchema`` would commit (raises on an unsafe change)."""
+    return update._apply()
+
+
+def write_data_files(metadata: Any, rows: Any, io: Any) -> list[Any]:
+    """Parquet data files (field ids, split by partition) of ``rows`` under the table's
+    data location, named uniquely to this call; their ``DataFile`` entries, uncommitted."""
+    import uuid
+
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    return list(_dataframe_to_data_files(metadata, rows, io, uuid.uuid4()))
 
 
 class TimeoutAdapter(BaseAdapter):

@@ -1,14 +1,11 @@
-"""Catalog registration (``catalog_url``): the Hive files of each micro-batch, in an Iceberg
-table of a REST catalog, exactly once.
+"""The ``tsdatalake`` sink's catalog (``catalog_url``): the Hive files of each micro-batch,
+registered in an Iceberg table of a REST catalog, exactly once, through the table layer
+(:mod:`quixsinks.core.tables`).
 
-The table's partition spec is equivalent to the hive columns: the time columns become one
-time transform of the timestamp column (``hour(ts)`` for year/month/day/hour, ``day(ts)``
-for year/month/day, and so on) when that column is a timestamp; with an integer epoch
-(Iceberg's time transforms take timestamps only) or a time chain with a gap (day without
-month), each time column is an identity partition of a string column instead. Any other
-hive column is an identity partition of its column. Identity values are not in the files
-(the Hive layout drops them): Iceberg readers take them from the partition values of the
-manifest, which the spec allows and pyiceberg and Iceberg's Spark runtime do.
+The table's partition spec is the hive columns' equivalent (:func:`.wire.spec_fields`).
+Identity values are not in the files (the Hive layout drops them): Iceberg readers take
+them from the partition values of the manifest, which the spec allows and pyiceberg and
+Iceberg's Spark runtime do.
 
 The files stay where the Hive layout puts them; they are registered by absolute path, with
 column statistics from their Parquet footers (captured by the tasks) and a name mapping
@@ -16,20 +13,18 @@ column statistics from their Parquet footers (captured by the tasks) and a name 
 pyiceberg keep metadata and manifests, is ``<path>/_quixsinks/<table>/iceberg``: Hive
 readers skip it.
 
-Each commit is :func:`quixsinks.sinks.iceberg.commit.append_once`: one snapshot per
+Each commit is :func:`quixsinks.core.tables.commit.append_once`: one snapshot per
 micro-batch, its summary holding the batch's fenced ledger entry, so a replayed batch is
-never registered twice.
+never registered twice. :func:`translate` is the error boundary of every catalog call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,31 +34,71 @@ from quixsinks.core.errors import (
     DestinationNotFoundError,
     OptionError,
     QuixSinksError,
-    timed_out,
 )
-from quixsinks.core.secrets import mask_value, scrub
+from quixsinks.core.secrets import mask_value
 from quixsinks.core.sink import CommitContext
-from quixsinks.sinks.iceberg.catalog import (
+from quixsinks.core.tables.catalog import (
+    PYARROW_FILE_IO,
+    TIMEOUT_PROPERTY,
+    TableCatalog,
+    catalog_error,
     forget_catalog,
     import_pyiceberg,
-    is_timeout,
     load_catalog,
+    s3_properties,
 )
-from quixsinks.sinks.iceberg.commit import append_once
-from quixsinks.sinks.iceberg.ledger import SnapshotLedgerStore
-from quixsinks.sinks.iceberg.maintenance import expire_old_snapshots
-from quixsinks.sinks.iceberg.options import IcebergOptions
-from quixsinks.sinks.iceberg.partitioning import PartitionField, to_transform
+from quixsinks.core.tables.commit import TableRaced, append_once, retry_races
+from quixsinks.core.tables.expiry import expire_old_snapshots
+from quixsinks.core.tables.ledger import SnapshotLedgerStore
+from quixsinks.core.tables.partitioning import add_partition_fields
 
-from .layout import NULL_PARTITION
 from .options import TIME_COLUMNS, TSDataLakeOptions
+from .wire import (
+    describe_fields,
+    hive_equivalent,
+    partition_fields,
+    partition_values,
+    spec_fields,
+)
 
-__all__ = ["CatalogTable", "RegisteredFile", "hive_equivalent", "read_published", "spec_fields"]
+__all__ = ["CatalogTable", "RegisteredFile", "catalog_of", "read_published", "translate"]
 
 logger = logging.getLogger("quixsinks.sinks.tsdatalake")
 
-_EPOCH_DATE = dt.date(1970, 1, 1)
 NAME_MAPPING = "schema.name-mapping.default"
+#: the catalog's name in pyiceberg
+CATALOG_NAME = "quixsinks"
+
+
+def catalog_of(options: TSDataLakeOptions) -> TableCatalog:
+    """The table layer's view of the ``catalog_url`` options."""
+    props: dict[str, str] = {"type": "rest", "uri": str(options.catalog_url)}
+    if str(options.path).startswith(("s3://", "s3a://")):  # the files' store, for pyiceberg
+        s3 = s3_properties(options, region=options.region_name, endpoint=options.endpoint_url)
+        props.update(s3)
+    props["py-io-impl"] = PYARROW_FILE_IO
+    props[TIMEOUT_PROPERTY] = f"{options.catalog_timeout_seconds:g}"
+    if options.catalog_auth_token:
+        props["token"] = options.catalog_auth_token
+    return TableCatalog(
+        sink="tsdatalake",
+        name=CATALOG_NAME,
+        properties=tuple(props.items()),
+        timeout_seconds=options.catalog_timeout_seconds,
+        commit_max_attempts=options.catalog_commit_max_attempts,
+        keep_snapshots=options.catalog_keep_snapshots,
+        takeover_query_id=options.takeover_query_id,
+        ledger_keep_batches=options.ledger_keep_batches,
+        secrets=tuple(options.secret_values()),
+    )
+
+
+def translate(exc: BaseException, options: TSDataLakeOptions, what: str) -> DestinationError:
+    """The quixsinks error of a failed catalog call (``what``: e.g. "connecting")."""
+    url = mask_value(str(options.catalog_url))
+    return catalog_error(
+        exc, catalog_of(options), f"tsdatalake: {what} in the catalog at {url} failed", url
+    )
 
 
 @dataclass(frozen=True)
@@ -76,69 +111,6 @@ class RegisteredFile:
     footer: Any = None
 
 
-def _time_chain(opts: TSDataLakeOptions) -> str | None:
-    """The finest time column when the hive columns hold a prefix of year/month/day/hour,
-    side by side and in that order (what one time transform stands for)."""
-    hive = list(opts.hive_columns)
-    time = [c for c in hive if c in TIME_COLUMNS]
-    if not time or time != list(TIME_COLUMNS[: len(time)]):
-        return None
-    first = hive.index(time[0])
-    if hive[first : first + len(time)] != time:
-        return None
-    return time[-1]
-
-
-def spec_fields(
-    opts: TSDataLakeOptions, timestamp_type: pa.DataType | None
-) -> list[PartitionField]:
-    """The Iceberg partition fields equivalent to the hive columns, in their order."""
-    finest = _time_chain(opts)
-    transform = finest is not None and (
-        timestamp_type is not None and pa.types.is_timestamp(timestamp_type)
-    )
-    fields: list[PartitionField] = []
-    for column in opts.hive_columns:
-        if column in TIME_COLUMNS and transform:
-            if column == "year":  # the transform sits where the time columns start
-                fields.append(PartitionField(opts.timestamp_column, str(finest)))
-            continue
-        fields.append(PartitionField(column, "identity"))
-    return fields
-
-
-def _fields(spec: Any, schema: Any) -> list[PartitionField]:
-    """A table's partition spec as partition fields named by their source columns."""
-    return [
-        PartitionField(str(schema.find_column_name(f.source_id)), str(f.transform))
-        for f in spec.fields
-    ]
-
-
-def hive_equivalent(spec: Any, schema: Any) -> list[str]:
-    """The hive columns a table's partition spec stands for (``?`` for what has none)."""
-    return expand(_fields(spec, schema))
-
-
-def expand(fields: Iterable[PartitionField]) -> list[str]:
-    """The hive columns of partition fields: a time transform stands for its chain."""
-    out: list[str] = []
-    for field in fields:
-        if field.transform == "identity":
-            out.append(field.source)
-        elif field.transform in TIME_COLUMNS:
-            out.extend(TIME_COLUMNS[: TIME_COLUMNS.index(field.transform) + 1])
-        else:
-            out.append(f"{field.transform}({field.source})?")
-    return out
-
-
-def _describe(fields: Sequence[PartitionField]) -> str:
-    return ", ".join(
-        f.source if f.transform == "identity" else f"{f.transform}({f.source})" for f in fields
-    )
-
-
 class CatalogTable:
     """The Iceberg table of one tsdatalake table (driver side)."""
 
@@ -147,22 +119,7 @@ class CatalogTable:
         self.root_url = root_url.rstrip("/")
         self.identifier = f"{options.namespace}.{options.table_name}"
         self.location = f"{self._absolute(root_url)}/_quixsinks/{options.table_name}/iceberg"
-        props: dict[str, str] = {
-            "table_name": self.identifier,
-            "catalog_type": "rest",
-            "catalog_uri": str(options.catalog_url),
-            "create_namespace": "true",
-            "commit_max_attempts": str(options.catalog_commit_max_attempts),
-            "catalog_timeout_seconds": repr(options.catalog_timeout_seconds),
-        }
-        if options.catalog_auth_token:
-            props["catalog.token"] = options.catalog_auth_token
-        if options.catalog_keep_snapshots is not None:
-            props["keep_snapshots"] = str(options.catalog_keep_snapshots)
-        if options.takeover_query_id:
-            props["takeover_query_id"] = options.takeover_query_id
-        props.update(self._io_properties())
-        self.iceberg = IcebergOptions.from_options(props)
+        self.catalog = catalog_of(options)
 
     # ------------------------------------------------------------------ helpers
 
@@ -172,36 +129,11 @@ class CatalogTable:
             return url.rstrip("/")
         return "file://" + url.rstrip("/")
 
-    def _io_properties(self) -> dict[str, str]:
-        """The object store's credentials under pyiceberg's FileIO names (S3 only)."""
-        opts = self.options
-        out: dict[str, str] = {}
-        if not str(opts.path).startswith(("s3://", "s3a://")):
-            return out
-        pairs = {
-            "aws_access_key_id": opts.aws_access_key_id,
-            "aws_secret_access_key": opts.aws_secret_access_key,
-            "aws_session_token": opts.aws_session_token,
-            "aws_region": opts.region_name,
-            "aws_endpoint_url": opts.endpoint_url,
-        }
-        return {k: v for k, v in pairs.items() if v}
-
     def file_url(self, key: str) -> str:
         return f"{self._absolute(self.root_url)}/{key}"
 
     def _error(self, exc: BaseException, what: str) -> DestinationError:
-        text = self._scrub(f"{type(exc).__name__}: {exc}")
-        if is_timeout(exc):
-            seconds = self.options.catalog_timeout_seconds
-            text = f"{timed_out(seconds, 'catalog_timeout_seconds')}: {text}"
-        return DestinationError(
-            f"tsdatalake: {what} in the catalog at {self._url} failed: {text}",
-            location=self._url,
-        )
-
-    def _scrub(self, text: str) -> str:
-        return scrub(text, [*self.options.secret_values(), *self.iceberg.secret_values()])
+        return translate(exc, self.options, what)
 
     @property
     def _url(self) -> str:
@@ -211,7 +143,7 @@ class CatalogTable:
     def _catalog(self) -> Any:
         import_pyiceberg()
         try:
-            return load_catalog(self.iceberg)
+            return load_catalog(self.catalog)
         except QuixSinksError:
             raise
         except Exception as exc:
@@ -228,7 +160,7 @@ class CatalogTable:
         except QuixSinksError:
             raise
         except Exception as exc:
-            forget_catalog(self.iceberg)
+            forget_catalog(self.catalog)
             raise self._error(exc, f"loading table {self.identifier}") from None
 
     def _load_existing(self) -> Any:
@@ -271,7 +203,7 @@ class CatalogTable:
             if str(f.transform) in TIME_COLUMNS
         }
         if theirs != list(opts.hive_columns) or time_sources - {opts.timestamp_column}:
-            layout = _describe(_fields(spec, schema)) or "unpartitioned"
+            layout = describe_fields(partition_fields(spec, schema)) or "unpartitioned"
             raise OptionError(
                 f"tsdatalake: table {self.identifier} in the catalog is partitioned by "
                 f"{layout}, which is not the hive columns "
@@ -318,16 +250,14 @@ class CatalogTable:
                     location=self.location,
                     properties={"commit.manifest-merge.enabled": "true"},
                 )
-                with tx.update_spec() as spec:
-                    for pf in fields:
-                        spec.add_field(pf.source, to_transform(pf), pf.name)
+                add_partition_fields(tx, fields)
                 mapping = tx.table_metadata.schema().name_mapping  # the files have no field ids
                 tx.set_properties(**{NAME_MAPPING: mapping.model_dump_json()})
                 table = tx.commit_transaction()
                 logger.info(
                     "tsdatalake: created %s in the catalog, partitioned by %s",
                     self.identifier,
-                    _describe(fields) or "nothing",
+                    describe_fields(fields) or "nothing",
                 )
                 return table
             except TableAlreadyExistsError:
@@ -335,7 +265,7 @@ class CatalogTable:
             except QuixSinksError:
                 raise
             except Exception as exc:  # a lost answer may hide a table that was created
-                forget_catalog(self.iceberg)
+                forget_catalog(self.catalog)
                 table = self.load()
                 if table is None:
                     raise self._error(exc, f"creating table {self.identifier}") from None
@@ -346,11 +276,16 @@ class CatalogTable:
         """Add the rows' new columns (and safe widenings) to the table."""
         from pyiceberg.exceptions import CommitFailedException
 
-        for _ in range(5):
+        from quixsinks.core.tables.pyiceberg_compat import evolved_schema
+
+        current = [table]
+
+        def attempt() -> Any:
+            table = current[0]
             update = table.update_schema()
             try:
                 update.union_by_name(self.table_schema(row_schema))
-                evolved = update._apply()
+                evolved = evolved_schema(update)
             except Exception as exc:
                 raise OptionError(
                     f"tsdatalake: the rows do not fit table {self.identifier} in the catalog "
@@ -364,12 +299,17 @@ class CatalogTable:
                 update.commit()  # pyiceberg updates the name mapping with the schema
                 return table
             except CommitFailedException:
-                table = self._load_existing()
-        raise OptionError(
-            f"tsdatalake: the schema of {self.identifier} kept changing under this writer",
-            option="table_name",
-            value=self.options.table_name,
-        )
+                current[0] = self._load_existing()
+                raise TableRaced(f"tsdatalake: the schema of {self.identifier} changed") from None
+
+        try:
+            return retry_races(attempt, attempts=5, what="tsdatalake: schema", backoff=0.0)
+        except TableRaced:
+            raise OptionError(
+                f"tsdatalake: the schema of {self.identifier} kept changing under this writer",
+                option="table_name",
+                value=self.options.table_name,
+            ) from None
 
     # ------------------------------------------------------------------ commit
 
@@ -391,7 +331,7 @@ class CatalogTable:
         if not files:
             return False
         table = self.load()
-        if table is not None and self.iceberg.ledger(SnapshotLedgerStore(table)).committed(
+        if table is not None and self.catalog.ledger(SnapshotLedgerStore(table)).committed(
             context.sink_id, context.batch_id, context.query_id
         ):
             return False  # a replay after a landed registration: no footer to read
@@ -403,24 +343,17 @@ class CatalogTable:
         outcome = append_once(
             context,
             data_files,
+            catalog=self.catalog,
             load_table=self._load_existing,
-            ledger=self.iceberg.ledger,
             table_name=self.identifier,
-            max_attempts=self.iceberg.commit_max_attempts,
-            scrub=self._scrub,
-            forget_client=lambda: forget_catalog(self.iceberg),
-            sink="tsdatalake",
-            timeout_seconds=self.options.catalog_timeout_seconds,
         )
         expire_old_snapshots(
             outcome.table,
             self._load_existing,
-            self.iceberg.keep_snapshots,
+            self.catalog,
             None,
             table_name=self.identifier,
-            scrub=self._scrub,
             log=logger,
-            sink="tsdatalake",
         )
         return not outcome.already_committed
 
@@ -445,7 +378,7 @@ class CatalogTable:
             content=DataFileContent.DATA,
             file_path=self.file_url(file.key),
             file_format=FileFormat.PARQUET,
-            partition=Record(*self.partition_values(file.key, spec, schema)),
+            partition=Record(*partition_values(file.key, spec, schema)),
             file_size_in_bytes=file.nbytes,
             sort_order_id=None,
             spec_id=meta.default_spec_id,
@@ -454,24 +387,6 @@ class CatalogTable:
             **statistics.to_serialized_dict(),
         )
 
-    def partition_values(self, key: str, spec: Any, schema: Any) -> list[Any]:
-        """A file's partition tuple, from its Hive path (``<table>/<col>=<value>/.../f``)."""
-        segments = key.split("/")[1:-1]
-        path: dict[str, str | None] = {}
-        for segment in segments:
-            name, _, text = segment.partition("=")
-            value = unquote(text)
-            path[unquote(name)] = None if value == NULL_PARTITION else value
-        values: list[Any] = []
-        for field in spec.fields:
-            transform = str(field.transform)
-            column = schema.find_field(field.source_id)
-            if transform == "identity":
-                values.append(_typed(path.get(column.name), column.field_type))
-                continue
-            values.append(_time_value(transform, path))
-        return values
-
 
 def _union(schemas: Sequence[pa.Schema]) -> pa.Schema:
     fields: dict[str, pa.Field] = {}
@@ -479,36 +394,6 @@ def _union(schemas: Sequence[pa.Schema]) -> pa.Schema:
         for f in schema:
             fields.setdefault(f.name, f)
     return pa.schema(list(fields.values()))
-
-
-def _typed(text: str | None, field_type: Any) -> Any:
-    """A Hive path value as the Iceberg type of its column."""
-    if text is None:
-        return None
-    kind = str(field_type)
-    if kind in ("int", "long"):
-        return int(text)
-    if kind == "boolean":
-        return text.lower() == "true"
-    if kind == "date":
-        return (dt.date.fromisoformat(text) - _EPOCH_DATE).days
-    return text
-
-
-def _time_value(transform: str, path: dict[str, str | None]) -> int | None:
-    """The value of a time transform from the year/month/day/hour of a path."""
-    if any(path.get(c) is None for c in TIME_COLUMNS[: TIME_COLUMNS.index(transform) + 1]):
-        return None
-    year = int(str(path["year"]))
-    if transform == "year":
-        return year - 1970
-    month = int(str(path["month"]))
-    if transform == "month":
-        return (year - 1970) * 12 + month - 1
-    days = (dt.date(year, month, int(str(path["day"]))) - _EPOCH_DATE).days
-    if transform == "day":
-        return days
-    return days * 24 + int(str(path["hour"]))
 
 
 def read_published(destination: Any, key: str) -> RegisteredFile:

@@ -1,4 +1,5 @@
-"""Which snapshots the sink expires (``keep_snapshots``, ``expire_snapshots_older_than``).
+"""Snapshot expiry of the table layer (iceberg's ``keep_snapshots`` and
+``expire_snapshots_older_than``, tsdatalake's ``catalog_keep_snapshots``).
 
 Expiry keeps commit time flat (pyiceberg copies the whole history at every commit) but
 the history is also the ledger (:mod:`.ledger`): a streaming query restarted from its
@@ -28,6 +29,7 @@ from typing import Any
 
 from quixsinks.core.ledger import LedgerEntry
 
+from .catalog import TableCatalog
 from .ledger import BATCH_ID, CARRIED_PREFIX, QUERY_ID, SINK_ID, carried_entry, carried_value
 
 __all__ = ["BULK_MAX", "carried_properties", "expire_old_snapshots", "snapshots_to_expire"]
@@ -105,23 +107,22 @@ def snapshots_to_expire(
 def expire_old_snapshots(
     table: Any,
     load_table: Callable[[], Any],
-    keep: int | None,
+    catalog: TableCatalog,
     cutoff_ms: int | None,
     *,
     table_name: str,
-    scrub: Callable[[str], str],
     log: logging.Logger,
-    sink: str = "iceberg",
 ) -> None:
     """Expire what :func:`snapshots_to_expire` names, in one commit that also carries the
     ledger entries a restart needs (:func:`carried_properties`) and is refused if the main
-    branch moved meanwhile. Best effort, after the data is committed: a failure is logged
-    (through ``scrub``, which takes secrets out).
+    branch moved meanwhile; ``catalog.keep_snapshots`` and ``cutoff_ms`` say what is kept.
+    Best effort, after the data is committed: a failure is logged (secrets scrubbed).
 
     ``table`` is the table as the batch's commit left it: when its history has nothing to
     expire yet (most micro-batches, expiry goes in bulk) the catalog is not asked again;
     else the table is loaded afresh with ``load_table`` and the expiry decided on that.
     """
+    keep, sink = catalog.keep_snapshots, catalog.sink
     try:
         if not snapshots_to_expire(table.metadata, keep, cutoff_ms):
             return
@@ -135,13 +136,15 @@ def expire_old_snapshots(
             "%s: expiring old snapshots of %s failed (the data is committed): %s",
             sink,
             table_name,
-            scrub(str(exc)),
+            catalog.scrub(str(exc)),
         )
 
 
 def _expire(table: Any, old: list[int]) -> None:
     from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
     from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+    from .pyiceberg_compat import commit_transaction
 
     meta = table.metadata
     to_set, to_remove = carried_properties(meta, set(old))
@@ -151,9 +154,9 @@ def _expire(table: Any, old: list[int]) -> None:
         tx.set_properties(to_set)
     if to_remove:
         tx.remove_properties(*to_remove)
-    requirements = (
-        *tx._requirements,
+    commit_transaction(
+        table,
+        tx,
         AssertTableUUID(uuid=meta.table_uuid),
         AssertRefSnapshotId(ref="main", snapshot_id=meta.current_snapshot_id),  # type: ignore[call-arg]
     )
-    table.catalog.commit_table(table, requirements, tx._updates)

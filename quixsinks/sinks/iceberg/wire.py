@@ -1,4 +1,12 @@
-"""Quix's row layout for JSON values: ``_key``, ``_timestamp`` + the parsed value columns.
+"""Arrow to Iceberg data files: the rows a table gets, their types, the data files.
+
+* :func:`check_types`: types Iceberg cannot hold fail before any data moves;
+* :data:`QUIX_LAYOUT`: Quix IcebergSink's default partitioning;
+* :func:`write_data_files`: Parquet data files (field ids, split by partition) of a batch,
+  uncommitted (the driver commits them);
+* Quix's row layout for JSON values, below.
+
+Quix's row layout for JSON values: ``_key``, ``_timestamp`` + the parsed value columns.
 
 When core's record model parses a JSON value column (Spark's Kafka source schema with
 ``value_format=auto``, or ``value_format=json``), the rows written to the table are Quix
@@ -29,13 +37,84 @@ from typing import Any
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.errors import RecordError
+from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.records import RecordSchema
+from quixsinks.core.tables.partitioning import PartitionField
 
-__all__ = ["KEY", "TIMESTAMP", "conform_schema", "layout_schema", "layout_table"]
+__all__ = [
+    "KEY",
+    "QUIX_LAYOUT",
+    "TIMESTAMP",
+    "check_types",
+    "conform_schema",
+    "layout_schema",
+    "layout_table",
+    "nullable",
+    "write_data_files",
+]
 
 KEY = "_key"
 TIMESTAMP = "_timestamp"
+#: Quix IcebergSink's default layout: by key, then by day of the record time
+QUIX_LAYOUT = (PartitionField(KEY, "identity"), PartitionField(TIMESTAMP, "day"))
+
+
+def nullable(schema: pa.Schema) -> pa.Schema:
+    """Every top-level column optional: streaming input may hold nulls later."""
+    return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def check_types(schema: pa.Schema) -> None:
+    """Types Iceberg cannot hold fail before any data moves, naming the column."""
+
+    def refuse(name: str, why: str) -> OptionError:
+        return OptionError(f"iceberg: column {name!r} {why}", option="columns", value=name)
+
+    def check(name: str, t: pa.DataType) -> None:
+        if pa.types.is_unsigned_integer(t):
+            raise refuse(
+                name,
+                f"has type {t}; Iceberg has no unsigned integers: cast it to a wider signed "
+                "type (e.g. bigint) first",
+            )
+        if pa.types.is_null(t):
+            raise refuse(
+                name,
+                "has no type (NullType, e.g. lit(None)); cast it to the type the column "
+                "should have",
+            )
+        if pa.types.is_map(t):
+            if pa.types.is_nested(t.key_type):
+                raise refuse(
+                    name,
+                    f"is a map with {t.key_type} keys; this sink writes maps with primitive "
+                    "keys only",
+                )
+            check(f"{name}.value", t.item_type)
+        elif pa.types.is_struct(t):
+            for child in t:
+                check(f"{name}.{child.name}", child.type)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            check(f"{name}.element", t.value_type)
+
+    for f in schema:
+        check(f.name, f.type)
+
+
+def write_data_files(
+    metadata: Any, rows: pa.Table, io: Any, *, table_name: str, batch: SinkBatch
+) -> list[Any]:
+    """The data files of ``rows`` (their ``DataFile`` entries: small, picklable), written
+    with the table's ``metadata`` through ``io``; rows the table refuses are a RecordError."""
+    from quixsinks.core.tables.pyiceberg_compat import write_data_files as write
+
+    try:
+        return write(metadata, rows, io)
+    except (ValueError, TypeError) as exc:
+        raise RecordError(
+            f"iceberg: batch {batch.batch_id} partition {batch.partition_id} cannot be "
+            f"written to {table_name}: {exc}"
+        ) from exc
 
 
 def _key_type(t: pa.DataType) -> pa.DataType:

@@ -1,0 +1,155 @@
+"""One fenced snapshot per micro-batch: the commit loop of the table layer.
+
+:func:`append_once` loads the table, reads the batch's ledger entry from the main branch's
+snapshot summaries (:mod:`.ledger`), and commits the data files as one append (or a
+delete-all plus append, to overwrite) whose summary records the batch. pyiceberg's own
+retry is bypassed: it would re-commit without re-checking our entry, so two committers of
+one batch would both land. On a conflict, or when the catalog's answer was lost, core's
+:class:`~quixsinks.core.backpressure.RetryPolicy` runs the attempt again: the table is
+reloaded, the ledger read again, and the commit tried again.
+
+Used by the ``iceberg`` sink (data files written by pyiceberg) and by ``tsdatalake``'s
+catalog registration (Hive-path Parquet files registered as they are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from quixsinks.core.backpressure import RetryPolicy
+from quixsinks.core.errors import CommitError, QuixSinksError, RetryableError, timed_out
+from quixsinks.core.ledger import log_already_committed
+from quixsinks.core.sink import CommitContext
+
+from .catalog import TableCatalog, forget_catalog, is_timeout
+from .ledger import SnapshotLedgerStore, summary_properties
+
+__all__ = ["AppendOutcome", "TableRaced", "append_once", "retry_races"]
+
+R = TypeVar("R")
+
+
+class TableRaced(RetryableError):
+    """Another writer changed the table first (its schema, or created it): load it again
+    and try again (:func:`retry_races`)."""
+
+
+def retry_races(attempt: Callable[[], R], *, attempts: int, what: str, backoff: float) -> R:
+    """Run ``attempt`` until it does not raise :class:`TableRaced`, at most ``attempts``
+    times, through core's RetryPolicy (jittered pauses up to ``backoff`` x 10: racers
+    spread); the last TableRaced when every attempt lost."""
+    policy = RetryPolicy(
+        max_attempts=attempts,
+        initial_backoff=backoff,
+        max_backoff=backoff * 10,
+        deadline=float("inf"),
+    )
+    return policy.call(attempt, what=what)
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    """How :func:`append_once` ended.
+
+    Attributes:
+        table: the table as last loaded (after the commit when it landed now).
+        already_committed: the ledger held the batch before this commit (a replay, or an
+            earlier commit whose answer was lost).
+    """
+
+    table: Any
+    already_committed: bool
+
+
+class _Unsettled(RetryableError):
+    """A commit attempt that did not land (a conflict) or whose outcome is unknown."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def append_once(
+    context: CommitContext,
+    files: Sequence[Any],
+    *,
+    catalog: TableCatalog,
+    load_table: Callable[[], Any],
+    table_name: str,
+    overwrite: bool = False,
+) -> AppendOutcome:
+    """Commit ``files`` (pyiceberg ``DataFile`` entries) as one snapshot of this batch,
+    unless the table's ledger already holds the batch.
+
+    Args:
+        catalog: the catalog and its commit rules (attempts, fencing, secrets to scrub).
+        load_table: loads the table afresh (raises a QuixSinksError when it cannot).
+
+    Raises:
+        LedgerFenceError: another streaming query owns the sink id.
+        CommitError: the batch was not committed after ``commit_max_attempts`` tries.
+    """
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.table.update import AssertTableUUID
+
+    from .pyiceberg_compat import commit_transaction
+
+    sink = catalog.sink
+    where = f"{sink}: commit of batch {context.batch_id} to {table_name}"
+
+    def attempt() -> AppendOutcome:
+        table = load_table()
+        store = SnapshotLedgerStore(table)
+        if catalog.ledger(store).committed(context.sink_id, context.batch_id, context.query_id):
+            log_already_committed(context.sink_id, context.batch_id, f"{sink}: {table_name}")
+            return AppendOutcome(table, already_committed=True)
+        props = summary_properties(
+            context.sink_id, context.batch_id, context.query_id, store.takeover_of
+        )
+        tx = table.transaction()
+        if overwrite:
+            tx.delete(AlwaysTrue(), snapshot_properties=props)
+        if files:
+            updater = tx.update_snapshot(snapshot_properties=props)
+            merge = table.metadata.properties.get("commit.manifest-merge.enabled") == "true"
+            with updater.merge_append() if merge else updater.fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+        try:
+            commit_transaction(table, tx, AssertTableUUID(uuid=table.metadata.table_uuid))
+        except (CommitFailedException, CommitStateUnknownException) as exc:
+            raise _Unsettled(
+                f"{where}: {type(exc).__name__}; reloading the table and checking whether "
+                "the batch landed",
+                exc,
+            ) from exc
+        except QuixSinksError:
+            raise
+        except Exception as exc:  # an error of the catalog's transport: outcome unknown
+            forget_catalog(catalog)
+            raise _Unsettled(
+                f"{where} failed with {catalog.scrub(f'{type(exc).__name__}: {exc}')}", exc
+            ) from exc
+        return AppendOutcome(table, already_committed=False)
+
+    policy = RetryPolicy(
+        max_attempts=catalog.commit_max_attempts,
+        initial_backoff=0.1,
+        max_backoff=2.0,
+        deadline=float("inf"),  # each attempt is bounded by the catalog's timeout
+    )
+    try:
+        return policy.call(attempt, what=where)
+    except _Unsettled as exc:
+        # the policy raises a copy of the last attempt's error, chained to it
+        last = getattr(exc.__cause__, "cause", None) or getattr(exc, "cause", None)
+    reason = catalog.scrub(f"{type(last).__name__}: {last}")
+    if is_timeout(last):
+        reason = f"{timed_out(catalog.timeout_seconds, catalog.timeout_option)}: {reason}"
+    raise CommitError(
+        f"{sink}: batch {context.batch_id} was not committed to {table_name} after "
+        f"{catalog.commit_max_attempts} attempts (commit_max_attempts): {reason}"
+    )
