@@ -20,6 +20,7 @@ writes nothing. Without the key a batch write gets a fresh ``write-<uuid>`` sink
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -41,6 +42,7 @@ from pyspark.sql.types import StructType
 
 from quixsinks import __version__
 from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.clients import ClientCache, secret_digest
 from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
 from quixsinks.core.secrets import is_secret_name, scrubbed_errors
@@ -53,8 +55,9 @@ logger = logging.getLogger("quixsinks.commit")
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
-# (sink class, options, overwrite) already checked by Sink.preflight in this process.
-_PREFLIGHT_DONE: set[tuple[Any, ...]] = set()
+# (sink class, options, overwrite) already checked by Sink.preflight in this driver: a
+# bounded cache keyed without secrets (the options, map options included, as one digest)
+_PREFLIGHT_DONE: ClientCache[bool] = ClientCache("preflight checks", lambda _: None, max_size=64)
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -192,10 +195,14 @@ class QuixDataSource(DataSource):
         with scrubbed_errors(options.secret_values):
             sink = cls(options, overwrite=overwrite)
             sink.prepare(_arrow_schema(schema))
-            key = (cls, options, overwrite)
-            if key not in _PREFLIGHT_DONE:
+            every_value = repr(dataclasses.astuple(options))  # never shown: digested
+            key = (cls.__module__, cls.__qualname__, overwrite, secret_digest(every_value))
+
+            def check() -> bool:
                 sink.preflight()
-                _PREFLIGHT_DONE.add(key)
+                return True
+
+            _PREFLIGHT_DONE.get(key, check)
         return sink
 
 

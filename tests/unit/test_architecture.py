@@ -105,7 +105,6 @@ def test_one_client_cache_mechanism() -> None:
 NOT_A_CACHE = {
     "spark/registry.py:_REGISTERED": "the sinks register() was called with (bounded by them)",
     "spark/registry.py:_CLASH_TOLD": "names already warned about (bounded by the sinks)",
-    "spark/datasource.py:_PREFLIGHT_DONE": "preflight checks done in this driver (issue 29)",
     "spark/datasource.py:_utc_timestamps": "one value per process (a pyspark signature)",
     "spark/workers.py:_checked": "interpreters checked in this driver (one or two)",
     "core/secrets.py:is_secret_name": "bounded (maxsize) and keyed by option names only",
