@@ -35,6 +35,7 @@ from quixsinks.core.errors import (
 )
 from quixsinks.core.ledger import DEFAULT_KEEP_BATCHES, Ledger, LedgerStore
 from quixsinks.core.secrets import is_secret_name, mask_value, scrub
+from quixsinks.core.vendors.http import import_client
 
 __all__ = [
     "PYARROW_FILE_IO",
@@ -64,11 +65,8 @@ PYARROW_FILE_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
 
 def import_pyiceberg() -> Any:
     """pyiceberg, or MissingDependencyError naming the ``iceberg`` extra."""
-    try:
-        import pyiceberg
-        import pyiceberg.catalog
-    except ImportError:
-        raise MissingDependencyError("pyiceberg", "iceberg") from None
+    pyiceberg = import_client("pyiceberg", package="pyiceberg", extra="iceberg")
+    import_client("pyiceberg.catalog", package="pyiceberg", extra="iceberg")
     if int(pa.__version__.split(".")[0]) < PYARROW_FLOOR:
         # pyiceberg's writer calls pyarrow APIs of 17+; without this check the first write fails
         # deep in its schema visitor
