@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, command_output, run
+from harness import Bench, Case, Destination, Page, command_output
 from harness.servers import bqemulator_binary
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ QUIX_BATCH = 10_000
 
 
 @dataclass
-class Tables:
+class Tables(Destination):
     """One dataset for the run; ``path`` (fresh per run) names the table."""
 
     emulator: Any
@@ -64,16 +64,6 @@ class Tables:
     def cleanup(self, path: str) -> None:
         for suffix in ("", "_qs_staging"):
             self.client.delete_table(self.full(path) + suffix, not_found_ok=True)
-
-    def case(self, name: str, write: Any, description: str) -> Case:
-        return Case(
-            name,
-            write,
-            description,
-            count_rows=self.count_rows,
-            setup=self.fresh,
-            cleanup=self.cleanup,
-        )
 
 
 def sink_case(tables: Tables, name: str, description: str, **extra: str) -> Case:
@@ -222,9 +212,7 @@ PAGE = Page(
     rows=1_000_000,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import Bench, Page, machine_info, run, write_measured
+from harness import Bench, Page, machine_info, write_measured
 
 TITLE = "quixsinks dedupe ids: a task's memory, old vs new"
 BASELINE = "content-occurrence"
@@ -234,9 +234,7 @@ PAGE = Page(
     measure=measure,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

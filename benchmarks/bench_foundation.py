@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness import Bench, Case, Page, count_output_rows, run
+from harness import Bench, Case, Page, count_output_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -110,9 +110,7 @@ PAGE = Page(
     notes=NOTES,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

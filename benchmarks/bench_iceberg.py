@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, count_output_rows, log, run
+from harness import Bench, Case, Page, count_output_rows, log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -266,9 +266,7 @@ PAGE = Page(
     after=after,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

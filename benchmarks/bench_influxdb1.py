@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, command_output, run
+from harness import Bench, Case, Page, command_output
 from influx import (
     BATCH_SIZE,
     FIELDS,
@@ -229,9 +229,7 @@ PAGE = Page(
     rows=1_000_000,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

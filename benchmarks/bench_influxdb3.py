@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness import Bench, Case, Page, run
+from harness import Bench, Case, Page
 from influx import (
     BATCH_SIZE,
     FIELDS,
@@ -243,9 +243,7 @@ PAGE = Page(
     sinks=(InfluxDB3NoSendSink,),
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, command_output, run
+from harness import Bench, Case, Destination, Page, command_output
+from harness.quix import add_all
 from harness.servers import kinesalite_version, kinesis_fault_proxy
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def stream_for(path: str) -> str:
 
 
 @dataclass
-class Server:
+class Server(Destination):
     """kinesalite (a fresh stream per run) and the throttling proxy in front of it."""
 
     server: Any
@@ -100,13 +101,8 @@ def sink_case(server: Server, name: str, *, throttled: bool) -> Case:
         df.write.format("kinesis").mode("append").options(**options).save()
 
     what = f" through the proxy refusing {THROTTLE:.0%} of entries" if throttled else ""
-    return Case(
-        name,
-        write,
-        f"kinesis sink (PutRecords of 500, max_inflight=4 per task, dedupe ids){what}",
-        count_rows=server.count_rows,
-        setup=server.fresh,
-        cleanup=server.cleanup,
+    return server.case(
+        name, write, f"kinesis sink (PutRecords of 500, max_inflight=4 per task, dedupe ids){what}"
     )
 
 
@@ -133,18 +129,7 @@ class QuixFeed:
             aws_endpoint_url=options["endpoint_url"],
         )
         sink.setup()
-        add, rows, keys = sink.add, self.rows, self.keys
-        for offset, value in enumerate(rows):
-            add(
-                value=value,
-                key=keys[offset],
-                timestamp=0,
-                headers=[],
-                topic="bench",
-                partition=0,
-                offset=offset,
-            )
-        sink.flush()
+        add_all(sink, self.rows, self.keys)
 
     def case(self, name: str, *, throttled: bool) -> Case:
         def write(df: DataFrame, path: str) -> None:
@@ -160,14 +145,11 @@ class QuixFeed:
                 setup=self.server.fresh,
                 cleanup=self.server.counting_cleanup(name),
             )
-        return Case(
+        return self.server.case(
             name,
             write,
             "Quix Streams KinesisSink: add() per row, one flush() (PutRecords of 500, "
             "one at a time), in one process",
-            count_rows=self.server.count_rows,
-            setup=self.server.fresh,
-            cleanup=self.server.cleanup,
         )
 
 
@@ -191,14 +173,11 @@ def limit_case(server: Server, arrow: Any) -> Case:
         with ThreadPoolExecutor(LIMIT_THREADS) as pool:
             list(pool.map(put, requests))
 
-    return Case(
+    return server.case(
         "server-limit",
         write,
         f"plain boto3 PutRecords of 500 prebuilt JSON records from {LIMIT_THREADS} threads: "
         "kinesalite's own limit",
-        count_rows=server.count_rows,
-        setup=server.fresh,
-        cleanup=server.cleanup,
     )
 
 
@@ -290,9 +269,7 @@ PAGE = Page(
     rows=200_000,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, command_output, log, run
+from harness import Bench, Case, Page, command_output, log
+from harness.quix import add_all
 from harness.servers import mqtt_recorder
 
 if TYPE_CHECKING:
@@ -103,12 +104,8 @@ class QuixFeed:
             qos=1,
         )
         sink.setup()
-        add, rows, keys = sink.add, self.rows, self.keys
-        for offset, value in enumerate(rows):
-            add("bench", 0, offset, keys[offset], value, 0, [])
-            if offset % QUIX_FLUSH_EVERY == QUIX_FLUSH_EVERY - 1:
-                sink.flush()  # a checkpoint: paho refuses a 65,536th unacknowledged message
-        sink.flush()
+        # checkpoints: paho refuses a 65,536th unacknowledged message
+        add_all(sink, self.rows, self.keys, flush_every=QUIX_FLUSH_EVERY)
         sink._cleanup()
 
 
@@ -242,9 +239,7 @@ PAGE = Page(
     rows=100_000,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

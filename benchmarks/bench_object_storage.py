@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness import Bench, Case, Page, run
+from harness import Bench, Case, Page
 from harness.servers import azurite_account
 
 from quixsinks import BatchingSink, CommonOptions, SinkBatch, option
@@ -197,9 +197,7 @@ PAGE = Page(
     after=after,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import MIXED_COLUMNS, Bench, Case, Page, log, run
+from harness import MIXED_COLUMNS, Bench, Case, Destination, Page, log
 from harness import run_name as table_for
+from harness.quix import add_all
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -64,7 +65,7 @@ TABLE_DDL = (
 
 
 @dataclass
-class Target:
+class Target(Destination):
     """The benchmark's PostgreSQL database and an autocommit admin connection."""
 
     server: Any
@@ -125,17 +126,9 @@ class Target:
             raise RuntimeError(f"table {table} has columns {columns}, expected {MIXED_COLUMNS}")
         return int(self.execute(f'SELECT count(*) FROM public."{table}"')[0][0])
 
-    def case(self, name: str, write: Any, description: str, *, sink: bool = False) -> Case:
-        """A case writing into the run's table: created empty before the run, or absent
-        for the sink (which creates it)."""
-        return Case(
-            name,
-            write,
-            description,
-            count_rows=self.count_rows,
-            setup=self.absent if sink else self.fresh,
-            cleanup=self.cleanup,
-        )
+    def sink_case(self, name: str, write: Any, description: str) -> Case:
+        """A case of the sink, which creates the run's table itself."""
+        return self.case(name, write, description, setup=self.absent)
 
     def settings(self) -> dict[str, Any]:
         names = (
@@ -172,7 +165,7 @@ def sink_case(target: Target, write_mode: str, description: str) -> Case:
         writer = df.write.format("postgresql").mode("append").options(**options)
         writer.option("table_name", table_for(path)).save()
 
-    return target.case(f"sink-{write_mode}", write, description, sink=True)
+    return target.sink_case(f"sink-{write_mode}", write, description)
 
 
 def jdbc_case(target: Target, name: str, description: str, *, rewrite: bool) -> Case:
@@ -232,11 +225,13 @@ class QuixFeed:
     sink_class: Any
     target: Target
     values: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
     timestamps_ms: list[int] = field(default_factory=list)
 
     def load(self, table: Any) -> None:
         """The rows of ``table`` (pyarrow) as Quix record values and timestamps."""
         self.values = table.to_pylist()
+        self.keys = [v["key"] for v in self.values]
         self.timestamps_ms = [int(v["timestamp"].timestamp() * 1000) for v in self.values]
 
     def write(self, df: DataFrame, path: str) -> None:
@@ -253,18 +248,7 @@ class QuixFeed:
         )
         sink.setup()
         try:
-            add, stamps = sink.add, self.timestamps_ms
-            for offset, value in enumerate(self.values):
-                add(
-                    value=value,
-                    key=value["key"],
-                    timestamp=stamps[offset],
-                    headers=[],
-                    topic="bench",
-                    partition=0,
-                    offset=offset,
-                )
-            sink.flush()
+            add_all(sink, self.values, self.keys, self.timestamps_ms)
         finally:
             sink._client.close()  # the sink has no close(); its psycopg2 connection
 
@@ -402,9 +386,7 @@ PAGE = Page(
     arguments=arguments,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

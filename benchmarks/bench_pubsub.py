@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, run
+from harness import Bench, Case, Destination, Page
+from harness.quix import add_all
 from harness.servers import pubsub_emulator_name
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def topic_of(path: str) -> str:
 
 
 @dataclass
-class Server:
+class Server(Destination):
     """The emulator: a fresh topic with one subscription per run, counted by pulling."""
 
     emulator: Any
@@ -72,16 +73,6 @@ class Server:
         finally:
             subscriber.close()
         self.emulator.delete_topic(topic)
-
-    def case(self, name: str, write: Any, description: str) -> Case:
-        return Case(
-            name,
-            write,
-            description,
-            count_rows=self.count_rows,
-            setup=self.fresh,
-            cleanup=self.cleanup,
-        )
 
 
 def sink_case(server: Server) -> Case:
@@ -104,9 +95,11 @@ class QuixFeed:
     sink_class: Any
     server: Server
     rows: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
 
     def load(self, table: Any) -> None:
         self.rows = table.select(list(VALUES)).to_pylist()
+        self.keys = [str(value["id"]).encode() for value in self.rows]
 
     def write(self, df: DataFrame, path: str) -> None:
         emulator = self.server.emulator
@@ -116,18 +109,7 @@ class QuixFeed:
                 project_id=emulator.project, topic_id=topic_of(path), flush_timeout=120
             )
             sink.setup()
-            add = sink.add
-            for offset, value in enumerate(self.rows):
-                add(
-                    value=value,
-                    key=str(value["id"]).encode(),
-                    timestamp=0,
-                    headers=[],
-                    topic="bench",
-                    partition=0,
-                    offset=offset,
-                )
-            sink.flush()
+            add_all(sink, self.rows, self.keys)
             sink._client.stop()
         finally:
             del os.environ["PUBSUB_EMULATOR_HOST"]
@@ -228,9 +210,7 @@ PAGE = Page(
     rows=200_000,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import Bench, Case, Page, command_output, run
+from harness import Bench, Case, Destination, Page, command_output
+from harness.quix import add_all
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,7 +47,7 @@ PIPELINE = 1000
 
 
 @dataclass
-class Server:
+class Server(Destination):
     """The redis-server of every case, emptied before and after each run."""
 
     server: Any
@@ -58,16 +59,8 @@ class Server:
     def count_rows(self, path: str) -> int:
         return int(self.client.dbsize())
 
-    def case(self, name: str, write: Any, description: str, **more: Any) -> Case:
-        return Case(
-            name,
-            write,
-            description,
-            count_rows=more.pop("count_rows", self.count_rows),
-            setup=self.fresh,
-            cleanup=self.fresh,
-            **more,
-        )
+    def cleanup(self, path: str) -> None:
+        self.client.flushall()
 
 
 def sink_case(server: Server, data_type: str, description: str) -> Case:
@@ -92,26 +85,17 @@ class QuixFeed:
     sink_class: Any
     server: Server
     rows: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
 
     def load(self, table: Any) -> None:
         self.rows = table.select(list(VALUES)).to_pylist()
+        self.keys = [KEY_TEMPLATE.format(id=value["id"]) for value in self.rows]
 
     def write(self, df: DataFrame, path: str) -> None:
         srv = self.server.server
         sink = self.sink_class(host=srv.host, port=srv.port, db=0, password=srv.password)
         sink.setup()
-        add = sink.add
-        for offset, value in enumerate(self.rows):
-            add(
-                value=value,
-                key=f"b:{value['id']}",
-                timestamp=0,
-                headers=[],
-                topic="bench",
-                partition=0,
-                offset=offset,
-            )
-        sink.flush()
+        add_all(sink, self.rows, self.keys)
 
 
 def limit_case(server: Server, rows: int, value_bytes: int) -> Case:
@@ -208,9 +192,7 @@ PAGE = Page(
     rows=1_000_000,
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

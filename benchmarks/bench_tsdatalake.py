@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness import Case, Page, cached, run
+from harness import Case, Page, cached
 
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.options import option
@@ -179,9 +179,7 @@ PAGE = Page(
     sinks=(QuixLikeLake,),
 )
 
-
-def main(argv: list[str] | None = None) -> int:
-    return run(PAGE, argv)
+main = PAGE.main
 
 
 if __name__ == "__main__":

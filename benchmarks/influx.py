@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import Case, command_output, run_name
+from harness import Case, Destination, command_output, run_name
+from harness.quix import add_all
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -44,7 +45,7 @@ def influxd_version(server: Any) -> str | None:
 
 
 @dataclass
-class Influx:
+class Influx(Destination):
     """The throwaway server and one database per run (created before, dropped after)."""
 
     server: Any
@@ -69,17 +70,6 @@ class Influx:
         rows = self.server.query(database, f'SELECT count("id") FROM "{MEASUREMENT}"')
         return int(rows[0]["count"]) if rows else 0
 
-    def case(self, name: str, write: Any, description: str, **more: Any) -> Case:
-        return Case(
-            name,
-            write,
-            description,
-            count_rows=self.count_rows,
-            setup=more.pop("setup", self.fresh),
-            cleanup=more.pop("cleanup", self.cleanup),
-            **more,
-        )
-
 
 @dataclass
 class QuixFeed:
@@ -95,6 +85,7 @@ class QuixFeed:
     rows: list[dict[str, Any]] = field(default_factory=list)
     timestamps_ms: list[int] = field(default_factory=list)
     values: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
 
     def load(self, table: Any) -> None:
         """The rows of ``table`` (pyarrow) as Quix record values and timestamps (ms)."""
@@ -108,23 +99,13 @@ class QuixFeed:
         """New dicts for the next run (Quix's ``write`` pops the tag keys out of them)."""
         self.influx.fresh(path)
         self.values = [dict(row) for row in self.rows]
+        self.keys = [row["key"] for row in self.rows]
 
     def write(self, df: DataFrame, path: str) -> None:
         """Construct the sink, add() every row, flush(): all timed."""
         sink = self.open_sink(database_for(path))
         try:
-            add, stamps = sink.add, self.timestamps_ms
-            for offset, value in enumerate(self.values):
-                add(
-                    value=value,
-                    key=value["key"],
-                    timestamp=stamps[offset],
-                    headers=[],
-                    topic="bench",
-                    partition=0,
-                    offset=offset,
-                )
-            sink.flush()
+            add_all(sink, self.values, self.keys, self.timestamps_ms)
         finally:
             sink._client.close()
 

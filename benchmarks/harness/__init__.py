@@ -18,13 +18,14 @@ One module per job:
 from .page import Bench, Page, log, run, write_measured
 from .results import command_output, machine_info
 from .session import FLOOR, MIXED_COLUMNS, cached
-from .timing import Case, count_output_rows, run_name
+from .timing import Case, Destination, count_output_rows, run_name
 
 __all__ = [
     "FLOOR",
     "MIXED_COLUMNS",
     "Bench",
     "Case",
+    "Destination",
     "Page",
     "cached",
     "command_output",

@@ -5,9 +5,7 @@ A ``benchmarks/bench_<name>.py`` is a page: a docstring saying what is compared,
 ceiling; the floor is added here) as small functions of a :class:`Bench`, and::
 
     PAGE = Page(name=..., title=..., doc=__doc__, cases=cases, ...)
-
-    def main(argv: list[str] | None = None) -> int:
-        return run(PAGE, argv)
+    main = PAGE.main
 
 :func:`run` does the rest, the same for every page: the arguments, the servers, the
 session and its cached input, the sinks' registration, the interleaved runs, the targets,
@@ -98,6 +96,10 @@ class Page:
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
     after: Callable[[Bench], None] | None = None
     measure: Callable[[Bench], str] | None = None
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """The page's ``main``: :func:`run` it."""
+        return run(self, argv)
 
 
 @dataclass

@@ -11,9 +11,10 @@ its data apart (a database, table, topic or stream per run) and leaves nothing b
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,72 +28,25 @@ def _services() -> None:
         sys.path.insert(0, str(ROOT))
 
 
-def _postgres() -> Any:
-    from tests.services.postgres import PostgresServer
-
-    return PostgresServer(synchronous_commit=False)
-
-
-def _influxdb() -> Any:
-    from tests.services.influxdb import InfluxServer
-
-    return InfluxServer()
-
-
-def _redis() -> Any:
-    from tests.services.redis_server import RedisServer
-
-    return RedisServer()
-
-
-def _mosquitto() -> Any:
-    from tests.services.mosquitto import MosquittoServer
-
-    return MosquittoServer()
-
-
-def _pubsub() -> Any:
-    from tests.services.pubsub_emulator import PubSubEmulator
-
-    return PubSubEmulator()
-
-
-def _kinesalite() -> Any:
-    from tests.services.kinesalite import KinesaliteServer
-
-    return KinesaliteServer()
-
-
-def _bigquery() -> Any:
-    from tests.services.bigquery_emulator import BQEmulator
-
-    return BQEmulator()
-
-
-def _moto() -> Any:
-    from tests.services.moto import MotoServer
-
-    return MotoServer()
-
-
-def _azurite() -> Any:
-    from tests.services.azurite import AzuriteServer
-
-    return AzuriteServer()
-
-
-#: server name -> a function making it (a context manager: started on enter, stopped on exit)
-SERVERS: dict[str, Callable[[], Any]] = {
-    "postgres": _postgres,
-    "influxdb": _influxdb,
-    "redis": _redis,
-    "mosquitto": _mosquitto,
-    "pubsub": _pubsub,
-    "kinesalite": _kinesalite,
-    "bigquery": _bigquery,
-    "moto": _moto,
-    "azurite": _azurite,
+#: server name -> (module of tests/services, its launcher class, the launcher's arguments);
+#: a launcher is a context manager: started on enter, stopped on exit
+SERVERS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "postgres": ("postgres", "PostgresServer", {"synchronous_commit": False}),
+    "influxdb": ("influxdb", "InfluxServer", {}),
+    "redis": ("redis_server", "RedisServer", {}),
+    "mosquitto": ("mosquitto", "MosquittoServer", {}),
+    "pubsub": ("pubsub_emulator", "PubSubEmulator", {}),
+    "kinesalite": ("kinesalite", "KinesaliteServer", {}),
+    "bigquery": ("bigquery_emulator", "BQEmulator", {}),
+    "moto": ("moto", "MotoServer", {}),
+    "azurite": ("azurite", "AzuriteServer", {}),
 }
+
+
+def _launcher(name: str) -> Any:
+    module, launcher, arguments = SERVERS[name]
+    _services()
+    return getattr(importlib.import_module(f"tests.services.{module}"), launcher)(**arguments)
 
 
 def missing(name: str) -> str | None:
@@ -118,9 +72,8 @@ class _Pool:
             self._starting[name] = self._starter.submit(self._start, name)
 
     def _start(self, name: str) -> Any:
-        _services()
         print(f"starting a throwaway {name} server ...", flush=True)
-        server = SERVERS[name]()
+        server = _launcher(name)
         server.__enter__()
         with self._lock:
             self._stack.push(server.__exit__)

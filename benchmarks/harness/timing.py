@@ -95,6 +95,35 @@ class Case:
     rows: int | None = None
 
 
+class Destination:
+    """Where some cases write: made fresh before each run, its rows counted after the
+    warm-up, cleaned after each run (all outside the timing). Pages subclass it for their
+    server (a table, a database, a topic per run, named after the run's ``path``)."""
+
+    def fresh(self, path: str) -> None:
+        """Before each run (default: nothing)."""
+
+    def count_rows(self, path: str) -> int:
+        raise NotImplementedError
+
+    def cleanup(self, path: str) -> None:
+        """After each run (default: nothing)."""
+
+    def case(
+        self, name: str, write: Callable[[DataFrame, str], None], description: str, **more: Any
+    ) -> Case:
+        """A case writing here; ``more``: other :class:`Case` fields (they win)."""
+        return Case(
+            name,
+            write,
+            description,
+            count_rows=more.pop("count_rows", self.count_rows),
+            setup=more.pop("setup", self.fresh),
+            cleanup=more.pop("cleanup", self.cleanup),
+            **more,
+        )
+
+
 @dataclass
 class CaseResult:
     """The timings of one case and what they give.
