@@ -134,7 +134,7 @@ def run_child(case: str, rows: int, chunk: int) -> dict[str, Any]:
             done += n
         readings[k] = rss_mb()
     rss = {str(t): round(r, 1) for t, r in zip(targets, readings, strict=True)}
-    return {"start_rss_mb": round(start_rss, 1), "rss_mb": rss, "seconds": round(seconds, 2)}
+    return {"start_rss_mb": round(start_rss, 1), "rss_mb": rss, "seconds": round(seconds, 6)}
 
 
 def child(case: str, rows: int, chunk: int) -> None:
