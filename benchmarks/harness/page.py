@@ -174,6 +174,9 @@ class Bench:
         try:
             with warnings.catch_warnings():  # its dependencies' deprecation warnings
                 warnings.simplefilter("ignore")
+                with contextlib.suppress(ImportError):  # it adds an "always" filter on import
+                    importlib.import_module("authlib.deprecate")
+                warnings.simplefilter("ignore")
                 loaded = getattr(importlib.import_module(module), attribute)
         except ImportError as exc:
             for name in cases:
