@@ -88,7 +88,7 @@ bench: install services
 	$(PY) benchmarks/bench_kinesis.py
 	$(PY) benchmarks/bench_mqtt.py
 	$(PY) benchmarks/bench_dedupe_memory.py
-	$(PY) benchmarks/plot.py
+	$(PY) benchmarks/harness/plot.py
 
 ## The fault matrix: every sink under every fault (tests/chaos); writes
 ## tests/chaos/results.json and docs/reliability.md. `make test` runs its quick cells.

@@ -40,9 +40,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import argument_parser, machine_info
+from harness import Bench, Page, machine_info, write_measured
 
-NAME = "dedupe_memory"
 TITLE = "quixsinks dedupe ids: a task's memory, old vs new"
 BASELINE = "content-occurrence"
 CASES = (BASELINE, "position", "kafka")
@@ -135,14 +134,29 @@ def run_child(case: str, rows: int, chunk: int) -> dict[str, Any]:
             done += n
         readings[k] = rss_mb()
     rss = {str(t): round(r, 1) for t, r in zip(targets, readings, strict=True)}
-    return {"start_rss_mb": round(start_rss, 1), "rss_mb": rss, "seconds": round(seconds, 2)}
+    return {"start_rss_mb": round(start_rss, 1), "rss_mb": rss, "seconds": round(seconds, 6)}
 
 
-def measure(case: str, rows: int, chunk: int) -> dict[str, Any]:
+def child(case: str, rows: int, chunk: int) -> None:
+    """The child process of :func:`measure_case`: one case, what it measured as JSON."""
+    print(json.dumps(run_child(case, rows, chunk)))
+
+
+def measure_case(case: str, rows: int, chunk: int) -> dict[str, Any]:
     """Run ``case`` in a fresh interpreter and return what it measured."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", case]
-    command += ["--rows", str(rows), "--chunk", str(chunk)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env=os.environ)
+    here = Path(__file__).resolve()
+    script = (
+        f"import sys; sys.path.insert(0, {str(here.parent)!r}); "
+        f"import {here.stem}; {here.stem}.child({case!r}, {rows}, {chunk})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ,
+        timeout=3600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{case}: exit {done.returncode}\n{done.stderr[-3000:]}")
     result: dict[str, Any] = {"name": case, **json.loads(done.stdout.strip().splitlines()[-1])}
@@ -183,36 +197,44 @@ def markdown(rows: int, chunk: int, cases: dict[str, dict[str, Any]], info: dict
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0], rows=10_000_000, repeat=1)
-    parser.add_argument("--chunk", type=int, default=100_000, help="payloads per ids() call")
-    parser.add_argument("--child", choices=CASES, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child is not None:
-        print(json.dumps(run_child(args.child, args.rows, args.chunk)))
-        return 0
-    wanted = [c for c in CASES if args.cases is None or c in args.cases.split(",")]
-    if BASELINE not in wanted:
-        wanted.insert(0, BASELINE)
+def measure(bench: Bench) -> str:
+    args = bench.args
+    wanted = [c for c in CASES if c in bench.wanted]
     cases = {}
     for case in wanted:
         print(f"{case}: {args.rows:_} rows...", flush=True)
-        cases[case] = measure(case, args.rows, args.chunk)
+        cases[case] = measure_case(case, args.rows, args.chunk)
     info = machine_info(rows=args.rows, chunk=args.chunk)
     document = {
-        "benchmark": NAME,
+        "benchmark": PAGE.name,
         "title": TITLE,
         "machine": info,
         "floor": BASELINE,
         "checkpoints": [int(args.rows * f) for f in CHECKPOINTS],
         "cases": cases,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(document, indent=2) + "\n")
     text = markdown(args.rows, args.chunk, cases, info)
-    (args.out / f"{NAME}.md").write_text(text)
-    print(text)
-    return 0
+    write_measured(bench, document, text)
+    return text
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--chunk", type=int, default=100_000, help="payloads per ids() call")
+
+
+PAGE = Page(
+    name="dedupe_memory",
+    title=TITLE,
+    doc=__doc__ or "",
+    case_names=CASES[1:],
+    floor=BASELINE,
+    rows=10_000_000,
+    repeat=1,
+    arguments=arguments,
+    measure=measure,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ columns) in batch mode through:
 Targets (issue): ``file-parquet`` reaches 70% of the floor's rows/s or better,
 ``file-json`` and ``csvfile`` 40% or better.
 
-Run: ``make bench`` or ``.venv/bin/python benchmarks/bench_foundation.py [--rows N]``.
+Run: ``make bench`` or ``.venv/bin/python benchmarks/bench_foundation.py [--rows N] [--quick]``.
 """
 
 from __future__ import annotations
@@ -22,39 +22,19 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from common import (
-    FLOOR,
-    Case,
-    argument_parser,
-    bench_session,
-    close_session,
-    count_output_rows,
-    floor_case,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    select_cases,
-    write_results,
-)
+from harness import Bench, Case, Page, count_output_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-NAME = "foundation"
 
 Writer = Callable[["DataFrame", str], None]
 
 
 def _file(file_format: str) -> Writer:
     def write(df: DataFrame, path: str) -> None:
-        (
-            df.write.format("file")
-            .mode("append")
-            .option("path", path)
-            .option("format", file_format)
-            .save()
-        )
+        df.write.format("file").mode("append").option("path", path).option(
+            "format", file_format
+        ).save()
 
     return write
 
@@ -79,7 +59,6 @@ def _spark_noop(df: DataFrame, path: str) -> None:
 
 
 CASES = [
-    floor_case(),
     Case(
         "file-parquet",
         _file("parquet"),
@@ -118,58 +97,20 @@ allows. Spark's native writers never leave the JVM, so their ratio can exceed 1.
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0])
-    args = parser.parse_args(argv)
-    cases = select_cases(CASES, args.cases, floor=FLOOR)
-    partitions = args.partitions or args.cores
+def cases(bench: Bench) -> list[Case]:
+    return CASES
 
-    import quixsinks
 
-    spark = bench_session("quixsinks-bench-foundation", args.cores, verbose=args.verbose)
-    try:
-        quixsinks.register(spark)
-        register_floor(spark)
-        print(f"building {args.rows:_} cached rows in {partitions} partitions ...", flush=True)
-        df = mixed_dataframe(spark, args.rows, partitions)
-        results = run_cases(
-            df,
-            cases,
-            floor=FLOOR,
-            rows=args.rows,
-            repeat=args.repeat,
-            workdir=args.tmp,
-            log=lambda line: print(line, flush=True),
-        )
-        info = machine_info(
-            spark,
-            rows=args.rows,
-            repeat=args.repeat,
-            partitions=partitions,
-            cores=args.cores,
-            columns=dict(df.dtypes),
-        )
-        df.unpersist()
-    finally:
-        close_session(spark)
+PAGE = Page(
+    name="foundation",
+    title="quixsinks foundation benchmark: file sinks vs the Spark-to-Python floor",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=[c.name for c in CASES],
+    notes=NOTES,
+)
 
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks foundation benchmark: file sinks vs the Spark-to-Python floor",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=NOTES,
-    )
-    print()
-    print(markdown)
-    print(f"wrote {args.out / (NAME + '.json')} and {args.out / (NAME + '.md')}")
-    failed = [r.name for r in results if r.passed is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -27,50 +27,19 @@ Run: ``.venv/bin/python benchmarks/bench_iceberg.py [--rows N]``.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import (
-    FLOOR,
-    Case,
-    RelativeTarget,
-    argument_parser,
-    bench_session,
-    close_session,
-    count_output_rows,
-    floor_case,
-    judge_targets,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    selected_cases,
-    targets_markdown,
-    write_results,
-)
-
-import quixsinks
+from harness import Bench, Case, Page, count_output_rows, log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "iceberg"
 TABLE = "bench.events"
 QUIX_BATCH = 100_000
 #: --quick's commit-curve batches: past the curve's keep_snapshots=20, so expiry runs
 QUICK_BATCHES = 30
-CASE_NAMES = ("iceberg", "quix-like", "pyiceberg-append", "pyiceberg-collect", "spark-parquet")
-TARGETS: tuple[RelativeTarget, ...] = (
-    ("iceberg", "pyiceberg-append", 1.5),
-    ("iceberg", "spark-parquet", 0.7),
-)
-
-
-def log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def catalog(path: str) -> Any:
@@ -214,8 +183,6 @@ def curve_summary(seconds: list[float]) -> dict[str, float]:
 
 
 NOTES = """
-Targets (issue), on the best times' rows/s:
-{targets}
 Every case writes the same rows into a fresh unpartitioned table of an embedded SQLite
 `SqlCatalog` with a local warehouse (pyiceberg {pyiceberg}, zstd Parquet), or Spark's Parquet
 files (zstd too: the same codec on both sides). `quix-like` re-implements Quix Streams'
@@ -233,95 +200,73 @@ without expiry {plain_first:.0f} ms -> {plain_last:.0f} ms; with `keep_snapshots
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0], rows=2_000_000)
+def cases(bench: Bench) -> list[Case]:
+    import pyiceberg
+
+    bench.info["pyiceberg"] = pyiceberg.__version__
+    arrow = bench.arrow()
+    return [
+        sink_case(),
+        quix_case(arrow.schema),
+        append_case(arrow),
+        collect_case(arrow.schema),
+        parquet_case(),
+    ]
+
+
+def after(bench: Bench) -> None:
+    """The commit-time curve, without and with expiry."""
+    batches = bench.args.commit_batches
+    if bench.args.quick:
+        batches = min(batches, QUICK_BATCHES)
+    log(f"commit-time curve: {batches} micro-batches, without and with expiry")
+    seconds = {
+        "plain": commit_curve(batches, None, bench.workdir),
+        "keep_20": commit_curve(batches, 20, bench.workdir),
+    }
+    bench.extra["commit_curve"] = {
+        "plain": curve_summary(seconds["plain"]),
+        "keep_20": curve_summary(seconds["keep_20"]),
+        "seconds": seconds,
+    }
+
+
+def notes(bench: Bench) -> str:
+    curve = bench.extra["commit_curve"]
+    plain, kept = curve["plain"], curve["keep_20"]
+    return NOTES.format(
+        pyiceberg=bench.info["pyiceberg"],
+        quix_batch=QUIX_BATCH,
+        curve_batches=plain["batches"],
+        plain_first=plain["first_tenth_ms"],
+        plain_last=plain["last_tenth_ms"],
+        kept_first=kept["first_tenth_ms"],
+        kept_last=kept["last_tenth_ms"],
+    )
+
+
+def arguments(parser: Any) -> None:
     parser.add_argument(
         "--commit-batches",
         type=int,
         default=1000,
         help=f"micro-batches of the commit-time curve (default 1,000; --quick: {QUICK_BATCHES})",
     )
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.commit_batches = min(args.commit_batches, QUICK_BATCHES)
-    partitions = args.partitions or args.cores
-    wanted = selected_cases(args.cases, CASE_NAMES)
-    workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-iceberg-", dir=args.tmp))
-    spark = bench_session("quixsinks-bench-iceberg", args.cores, verbose=args.verbose)
-    try:
-        quixsinks.register(spark)
-        register_floor(spark)
-        log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
-        df = mixed_dataframe(spark, args.rows, partitions)
-        arrow = df.toArrow()
-        cases = [
-            floor_case(),
-            sink_case(),
-            quix_case(arrow.schema),
-            append_case(arrow),
-            collect_case(arrow.schema),
-            parquet_case(),
-        ]
-        cases = [c for c in cases if c.name in wanted or c.name == FLOOR]
-        results = run_cases(
-            df,
-            cases,
-            floor=FLOOR,
-            rows=args.rows,
-            repeat=args.repeat,
-            workdir=workdir,
-            log=log,
-        )
-        import pyiceberg
 
-        info = machine_info(
-            spark,
-            rows=args.rows,
-            repeat=args.repeat,
-            partitions=partitions,
-            pyiceberg=pyiceberg.__version__,
-        )
-        log(f"commit-time curve: {args.commit_batches} micro-batches, without and with expiry")
-        curves = {
-            "plain": commit_curve(args.commit_batches, None, workdir),
-            "keep_20": commit_curve(args.commit_batches, 20, workdir),
-        }
-    finally:
-        close_session(spark)
-        shutil.rmtree(workdir, ignore_errors=True)
-    plain, kept = curve_summary(curves["plain"]), curve_summary(curves["keep_20"])
-    judged, verdict = judge_targets(results, TARGETS)
-    notes = NOTES.format(
-        targets=targets_markdown(judged),
-        pyiceberg=info["pyiceberg"],
-        quix_batch=QUIX_BATCH,
-        curve_batches=args.commit_batches,
-        plain_first=plain["first_tenth_ms"],
-        plain_last=plain["last_tenth_ms"],
-        kept_first=kept["first_tenth_ms"],
-        kept_last=kept["last_tenth_ms"],
-    )
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks Iceberg benchmark: the iceberg sink vs Quix-like, pyiceberg and Spark",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=notes,
-        extra={
-            "targets": judged,
-            "all_targets_passed": verdict,
-            "commit_curve": {"plain": plain, "keep_20": kept, "seconds": curves},
-        },
-    )
-    print()
-    print(markdown)
-    failed = [f"{t['case']} vs {t['against']}" for t in judged if t["passed"] is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+
+PAGE = Page(
+    name="iceberg",
+    title="quixsinks Iceberg benchmark: the iceberg sink vs Quix-like, pyiceberg and Spark",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=("iceberg", "quix-like", "pyiceberg-append", "pyiceberg-collect", "spark-parquet"),
+    targets=(("iceberg", "pyiceberg-append", 1.5), ("iceberg", "spark-parquet", 0.7)),
+    notes=notes,
+    arguments=arguments,
+    after=after,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -35,61 +35,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import (
-    BENCH_DIR,
-    FLOOR,
-    Case,
-    RelativeTarget,
-    argument_parser,
-    bench_session,
-    close_session,
-    floor_case,
-    import_or_install,
-    judge_targets,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    selected_cases,
-    targets_markdown,
-    write_results,
-)
-
-import quixsinks
+from harness import Bench, Case, Destination, Page, command_output
+from harness.quix import add_all
+from harness.servers import kinesalite_version, kinesis_fault_proxy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "kinesis"
-ROOT = BENCH_DIR.parent
 VALUES = ("id", "value", "flag", "name")
 SHARDS = 4
 THROTTLE = 0.1
-QUIX_SPEC = "quixstreams[kinesis]"
-QUIX_MODULE = "quixstreams.sinks.community.kinesis"
 LIMIT_THREADS = 4
-
-CASE_NAMES = (
-    "kinesis",
-    "kinesis-throttled",
-    "quix-kinesis",
-    "quix-kinesis-throttled",
-    "server-limit",
-)
-
-TARGETS: tuple[RelativeTarget, ...] = (("kinesis", "quix-kinesis", 5.0),)
-
-
-def log(line: str) -> None:
-    print(line, flush=True)
 
 
 def stream_for(path: str) -> str:
@@ -97,9 +58,11 @@ def stream_for(path: str) -> str:
 
 
 @dataclass
-class Server:
-    server: Any  # tests.services.kinesalite.KinesaliteServer
-    proxy: Any  # tests.services.kinesis_faults.KinesisFaultProxy
+class Server(Destination):
+    """kinesalite (a fresh stream per run) and the throttling proxy in front of it."""
+
+    server: Any
+    proxy: Any
     landed: dict[str, list[int]] = field(default_factory=dict)
 
     def fresh(self, path: str) -> None:
@@ -138,13 +101,8 @@ def sink_case(server: Server, name: str, *, throttled: bool) -> Case:
         df.write.format("kinesis").mode("append").options(**options).save()
 
     what = f" through the proxy refusing {THROTTLE:.0%} of entries" if throttled else ""
-    return Case(
-        name,
-        write,
-        f"kinesis sink (PutRecords of 500, max_inflight=4 per task, dedupe ids){what}",
-        count_rows=server.count_rows,
-        setup=server.fresh,
-        cleanup=server.cleanup,
+    return server.case(
+        name, write, f"kinesis sink (PutRecords of 500, max_inflight=4 per task, dedupe ids){what}"
     )
 
 
@@ -171,18 +129,7 @@ class QuixFeed:
             aws_endpoint_url=options["endpoint_url"],
         )
         sink.setup()
-        add, rows, keys = sink.add, self.rows, self.keys
-        for offset, value in enumerate(rows):
-            add(
-                value=value,
-                key=keys[offset],
-                timestamp=0,
-                headers=[],
-                topic="bench",
-                partition=0,
-                offset=offset,
-            )
-        sink.flush()
+        add_all(sink, self.rows, self.keys)
 
     def case(self, name: str, *, throttled: bool) -> Case:
         def write(df: DataFrame, path: str) -> None:
@@ -198,14 +145,11 @@ class QuixFeed:
                 setup=self.server.fresh,
                 cleanup=self.server.counting_cleanup(name),
             )
-        return Case(
+        return self.server.case(
             name,
             write,
             "Quix Streams KinesisSink: add() per row, one flush() (PutRecords of 500, "
             "one at a time), in one process",
-            count_rows=self.server.count_rows,
-            setup=self.server.fresh,
-            cleanup=self.server.cleanup,
         )
 
 
@@ -229,27 +173,45 @@ def limit_case(server: Server, arrow: Any) -> Case:
         with ThreadPoolExecutor(LIMIT_THREADS) as pool:
             list(pool.map(put, requests))
 
-    return Case(
+    return server.case(
         "server-limit",
         write,
         f"plain boto3 PutRecords of 500 prebuilt JSON records from {LIMIT_THREADS} threads: "
         "kinesalite's own limit",
-        count_rows=server.count_rows,
-        setup=server.fresh,
-        cleanup=server.cleanup,
     )
 
 
-def _load_quix() -> Any:
-    import importlib
-
-    return importlib.import_module(QUIX_MODULE).KinesisSink
+def cases(bench: Bench) -> list[Case]:
+    kinesalite = bench.servers["kinesalite"]
+    logging.getLogger("quixsinks.delivery").setLevel(logging.ERROR)
+    proxy = kinesis_fault_proxy(kinesalite.endpoint_url, throttle_fraction=THROTTLE, seed=1)
+    bench.stack.enter_context(proxy)
+    server = bench.state["server"] = Server(kinesalite, proxy)
+    bench.info.update(
+        kinesalite=kinesalite_version(),
+        node=command_output(["node", "--version"]),
+        shards=SHARDS,
+        throttle_fraction=THROTTLE,
+    )
+    found = [
+        sink_case(server, "kinesis", throttled=False),
+        sink_case(server, "kinesis-throttled", throttled=True),
+        limit_case(server, bench.arrow()),
+    ]
+    quix = bench.peer(
+        ["quix-kinesis", "quix-kinesis-throttled"],
+        "quixstreams.sinks.community.kinesis",
+        "KinesisSink",
+    )
+    if quix is not None:
+        feed = QuixFeed(quix, server)
+        feed.load(bench.arrow())
+        found.append(feed.case("quix-kinesis", throttled=False))
+        found.append(feed.case("quix-kinesis-throttled", throttled=True))
+    return found
 
 
 NOTES = """
-Targets (issue), on the best times' rows/s:
-{targets}
-
 Every row is one record: partition key `k0`..`k999`, data the JSON object of `id`, `value`,
 `flag`, `name` (the sink adds its 32-character `_dedupe_id`). kinesalite {kinesalite} (Node
 {node}, in memory, one process) is the server of every case, four shards per stream; it
@@ -263,133 +225,51 @@ stream held all {rows:,} rows (checked after the warm-up); Quix lost {quix_lost}
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0], rows=200_000)
-    parser.add_argument("--no-install", action="store_true", help="do not pip-install quix")
-    args = parser.parse_args(argv)
-    partitions = args.partitions or args.cores
-    wanted = selected_cases(args.cases, CASE_NAMES)
-    skipped: dict[str, str] = {}
-    quix_class = None
-    if {"quix-kinesis", "quix-kinesis-throttled"} & wanted:
-        quix_class, reason = import_or_install(
-            QUIX_SPEC, _load_quix, install=not args.no_install, log=log
-        )
-        if reason:
-            skipped["quix-kinesis"] = skipped["quix-kinesis-throttled"] = reason
-            log(f"skipping quix-kinesis: {reason}")
-
-    sys.path.insert(0, str(ROOT))
-    from tests.services.kinesalite import KINESALITE_DIR, KinesaliteServer
-    from tests.services.kinesis_faults import KinesisFaultProxy
-
-    logging.getLogger("quixsinks.delivery").setLevel(logging.ERROR)
-    workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-kinesis-", dir=args.tmp))
-    extra: dict[str, Any] = {}
-    with KinesaliteServer() as kinesalite:
-        proxy = KinesisFaultProxy(kinesalite.endpoint_url, throttle_fraction=THROTTLE, seed=1)
-        with proxy:
-            server = Server(kinesalite, proxy)
-            spark = bench_session("quixsinks-bench-kinesis", args.cores, verbose=args.verbose)
-            try:
-                quixsinks.register(spark)
-                register_floor(spark)
-                log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
-                df = mixed_dataframe(spark, args.rows, partitions)
-                arrow = df.toArrow()
-                cases = [
-                    floor_case(),
-                    sink_case(server, "kinesis", throttled=False),
-                    sink_case(server, "kinesis-throttled", throttled=True),
-                    limit_case(server, arrow),
-                ]
-                if quix_class is not None:
-                    import importlib.metadata
-
-                    feed = QuixFeed(quix_class, server)
-                    feed.load(arrow)
-                    extra["quix"] = {"quixstreams": importlib.metadata.version("quixstreams")}
-                    cases.append(feed.case("quix-kinesis", throttled=False))
-                    cases.append(feed.case("quix-kinesis-throttled", throttled=True))
-                del arrow
-                cases = [c for c in cases if c.name in wanted or c.name == FLOOR]
-                results = run_cases(
-                    df,
-                    cases,
-                    floor=FLOOR,
-                    rows=args.rows,
-                    repeat=args.repeat,
-                    workdir=workdir,
-                    log=log,
-                )
-                package = json.loads((KINESALITE_DIR / "package.json").read_text())
-                import subprocess
-
-                node = subprocess.run(
-                    ["node", "--version"], capture_output=True, text=True, check=False
-                ).stdout.strip()
-                info = machine_info(
-                    spark,
-                    rows=args.rows,
-                    repeat=args.repeat,
-                    partitions=partitions,
-                    kinesalite=package.get("version"),
-                    node=node,
-                    shards=SHARDS,
-                    throttle_fraction=THROTTLE,
-                    skipped=skipped,
-                    **extra,
-                )
-            finally:
-                close_session(spark)
-    shutil.rmtree(workdir, ignore_errors=True)
+def notes(bench: Bench) -> str:
+    server, rows = bench.state["server"], bench.rows
     landed = server.landed.get("quix-kinesis-throttled", [])
-    lost = [args.rows - n for n in landed]
-    extra["quix_throttled_landed"] = landed
-    extra["quix_lost"] = lost
-    extra["entries_refused_by_proxy"] = proxy.entries_refused
-    judged, verdict = judge_targets(results, TARGETS, skipped)
-    quix = extra.get("quix", {})
+    lost = [rows - n for n in landed]
+    bench.extra.update(
+        quix_lost=lost,
+        quix_throttled_landed=landed,
+        entries_refused_by_proxy=server.proxy.entries_refused,
+    )
     quix_lost = (
-        f"{min(lost):,} to {max(lost):,} of {args.rows:,} records per run "
-        f"({min(lost) / args.rows:.1%} to {max(lost) / args.rows:.1%}), silently"
+        f"{min(lost):,} to {max(lost):,} of {rows:,} records per run "
+        f"({min(lost) / rows:.1%} to {max(lost) / rows:.1%}), silently"
         if lost
         else "(not run)"
     )
-    notes = NOTES.format(
-        targets=targets_markdown(judged),
-        kinesalite=info["kinesalite"],
-        node=info["node"],
+    return NOTES.format(
+        kinesalite=bench.info["kinesalite"],
+        node=bench.info["node"],
         threads=LIMIT_THREADS,
-        quix_version=quix.get("quixstreams", "(not run)"),
+        quix_version=bench.quix_version(),
         throttle=THROTTLE,
-        rows=args.rows,
+        rows=rows,
         quix_lost=quix_lost,
     )
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks Kinesis benchmark: the kinesis sink vs Quix Streams and kinesalite",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=notes,
-        skipped=skipped,
-        extra={
-            "targets": judged,
-            "all_targets_passed": verdict,
-            "quix_lost": lost,
-            "quix_throttled_landed": landed,
-            "entries_refused_by_proxy": proxy.entries_refused,
-        },
-    )
-    print()
-    print(markdown)
-    failed = [f"{t['case']} vs {t['against']}" for t in judged if t["passed"] is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+
+
+PAGE = Page(
+    name="kinesis",
+    title="quixsinks Kinesis benchmark: the kinesis sink vs Quix Streams and kinesalite",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=(
+        "kinesis",
+        "kinesis-throttled",
+        "quix-kinesis",
+        "quix-kinesis-throttled",
+        "server-limit",
+    ),
+    targets=(("kinesis", "quix-kinesis", 5.0),),
+    notes=notes,
+    servers=("kinesalite",),
+    rows=200_000,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

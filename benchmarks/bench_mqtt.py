@@ -34,59 +34,26 @@ import logging
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import (
-    BENCH_DIR,
-    FLOOR,
-    Case,
-    RelativeTarget,
-    argument_parser,
-    bench_session,
-    close_session,
-    floor_case,
-    import_or_install,
-    judge_targets,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    selected_cases,
-    targets_markdown,
-    write_results,
-)
-
-import quixsinks
+from harness import Bench, Case, Page, command_output, log
+from harness.quix import add_all
+from harness.servers import mqtt_recorder
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "mqtt"
-ROOT = BENCH_DIR.parent
 VALUES = ("id", "value", "flag", "name")
-QUIX_SPEC = "quixstreams[mqtt]==3.28.1"
-QUIX_MODULE = "quixstreams.sinks.community.mqtt"
 INFLIGHT = 1000
 #: Quix's Application flushes its sinks at each checkpoint; paho's packet ids wrap at 65,535,
 #: and a message whose id is still queued is refused ("Message queue full"), so Quix's sink
 #: fails past 65,535 unacknowledged messages between two flushes: flush at least this often
 QUIX_FLUSH_EVERY = 60_000
-
-CASE_NAMES = ("mqtt", "mqtt-v5", "quix-mqtt", "server-limit")
-
-TARGETS: tuple[RelativeTarget, ...] = (
-    ("mqtt", "quix-mqtt", 5.0),
-    ("mqtt", "server-limit", 0.5),
-)
-
-
-def log(line: str) -> None:
-    print(line, flush=True)
+#: the cases read back once before the timing
+CHECKED = ("mqtt", "mqtt-v5", "quix-mqtt")
 
 
 def root_for(path: str) -> str:
@@ -127,7 +94,7 @@ class QuixFeed:
         self.rows = table.select(list(VALUES)).to_pylist()
         self.keys = [k.encode() for k in table.column("key").to_pylist()]
 
-    def run(self, path: str) -> None:
+    def write(self, df: DataFrame, path: str) -> None:
         sink = self.sink_class(
             client_id=f"quix-{uuid.uuid4().hex[:8]}",
             server=self.broker.host,
@@ -137,24 +104,9 @@ class QuixFeed:
             qos=1,
         )
         sink.setup()
-        add, rows, keys = sink.add, self.rows, self.keys
-        for offset, value in enumerate(rows):
-            add("bench", 0, offset, keys[offset], value, 0, [])
-            if offset % QUIX_FLUSH_EVERY == QUIX_FLUSH_EVERY - 1:
-                sink.flush()  # a checkpoint: paho refuses a 65,536th unacknowledged message
-        sink.flush()
+        # checkpoints: paho refuses a 65,536th unacknowledged message
+        add_all(sink, self.rows, self.keys, flush_every=QUIX_FLUSH_EVERY)
         sink._cleanup()
-
-    def case(self) -> Case:
-        def write(df: DataFrame, path: str) -> None:
-            self.run(path)
-
-        return Case(
-            "quix-mqtt",
-            write,
-            "Quix Streams MQTTSink: add() per row, one flush(), QoS 1, in one process",
-            count_rows=None,
-        )
 
 
 def limit_case(broker: Any, arrow: Any, partitions: int) -> Case:
@@ -164,41 +116,39 @@ def limit_case(broker: Any, arrow: Any, partitions: int) -> Case:
     binary = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
 
     def write(df: DataFrame, path: str) -> None:
-        processes = [
-            subprocess.Popen(
-                [
-                    binary,
-                    "-h",
-                    broker.host,
-                    "-p",
-                    str(broker.port),
-                    "-q",
-                    "1",
-                    "-M",
-                    str(INFLIGHT),
-                    "-t",
-                    f"{root_for(path)}/{i}",
-                    "-l",
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            for i in range(partitions)
-        ]
-        feeders = []
-        for process, share in zip(processes, shares, strict=True):
-            assert process.stdin is not None
-            feeder = threading.Thread(target=_feed, args=(process.stdin, share), daemon=True)
-            feeder.start()
-            feeders.append(feeder)
-        for feeder in feeders:  # the feeder closes stdin: no communicate() racing it
-            feeder.join(timeout=600)
-        for process in processes:
-            process.wait(timeout=600)
-            err = process.stderr.read() if process.stderr is not None else b""
-            if process.returncode:
-                raise RuntimeError(f"mosquitto_pub failed: {err.decode(errors='replace')}")
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            for i in range(partitions):
+                command = [binary, "-h", broker.host, "-p", str(broker.port), "-q", "1"]
+                command += ["-M", str(INFLIGHT), "-t", f"{root_for(path)}/{i}", "-l"]
+                processes.append(
+                    subprocess.Popen(
+                        command,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                    )
+                )
+            feeders = []
+            for process, share in zip(processes, shares, strict=True):
+                assert process.stdin is not None
+                feeder = threading.Thread(target=_feed, args=(process.stdin, share), daemon=True)
+                feeder.start()
+                feeders.append(feeder)
+            for feeder in feeders:  # the feeder closes stdin: no communicate() racing it
+                feeder.join(timeout=600)
+            for process in processes:
+                process.wait(timeout=600)
+                err = process.stderr.read() if process.stderr is not None else b""
+                if process.returncode:
+                    raise RuntimeError(f"mosquitto_pub failed: {err.decode(errors='replace')}")
+        finally:  # none left behind when one failed or timed out
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=30)
+                if process.stderr is not None:
+                    process.stderr.close()
 
     return Case(
         "server-limit",
@@ -212,33 +162,48 @@ def limit_case(broker: Any, arrow: Any, partitions: int) -> Case:
 def _feed(stdin: Any, data: bytes) -> None:
     try:
         stdin.write(data)
+    except BrokenPipeError:  # the process died; its exit status says why
+        pass
     finally:
         stdin.close()
 
 
-def delivered(broker: Any, rows: int, write: Any) -> int:
-    """One untimed run read back by a QoS 2 subscriber: how many messages arrived."""
-    from tests.services.mosquitto import Recorder
-
+def delivered(bench: Bench, case: Case) -> int:
+    """One untimed run of ``case`` read back by a QoS 2 subscriber: messages that arrived."""
     path = f"check-{uuid.uuid4().hex}"
-    with Recorder(broker, root_for(path)) as recorder:
-        write(path)
+    with mqtt_recorder(bench.servers["mosquitto"], root_for(path)) as recorder:
+        case.write(bench.df, path)  # type: ignore[arg-type]
         try:
-            return len(recorder.wait_for(rows, timeout=600, quiet=1.0))
+            return len(recorder.wait_for(bench.rows, timeout=600, quiet=1.0))
         except RuntimeError:
             return len(recorder.snapshot())
 
 
-def _load_quix() -> Any:
-    import importlib
-
-    return importlib.import_module(QUIX_MODULE).MQTTSink
+def cases(bench: Bench) -> list[Case]:
+    broker = bench.servers["mosquitto"]
+    logging.getLogger("quixsinks.delivery").setLevel(logging.ERROR)
+    version = (command_output([broker.binary, "-h"]) or "").split()
+    bench.info["mosquitto"] = version[2] if len(version) > 2 else "?"
+    found = [
+        sink_case(broker, "mqtt", "3.1.1"),
+        sink_case(broker, "mqtt-v5", "5"),
+        limit_case(broker, bench.arrow(), bench.args.partitions),
+    ]
+    quix = bench.peer(["quix-mqtt"], "quixstreams.sinks.community.mqtt", "MQTTSink")
+    if quix is not None:
+        feed = QuixFeed(quix, broker)
+        feed.load(bench.arrow())
+        description = "Quix Streams MQTTSink: add() per row, one flush(), QoS 1, in one process"
+        found.append(Case("quix-mqtt", feed.write, description, count_rows=None))
+    counts = bench.extra["delivered"] = {}
+    for case in found:
+        if case.name in CHECKED and bench.wants(case.name):
+            counts[case.name] = delivered(bench, case)
+            log(f"{case.name}: {counts[case.name]:,} of {bench.rows:,} delivered")
+    return found
 
 
 NOTES = """
-Targets (issue), on the best times' rows/s:
-{targets}
-
 Every row is one QoS 1 message to `<root>/k0`..`<root>/k999`, payload the JSON object of
 `id`, `value`, `flag`, `name`. Mosquitto {mosquitto} (Debian, one process, persistence off
 for this run's topics: nobody subscribes) is the broker of every case. `server-limit` is
@@ -251,113 +216,30 @@ Read back once before the timing by a QoS 2 subscriber (messages delivered of {r
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0], rows=100_000)
-    parser.add_argument("--no-install", action="store_true", help="do not pip-install quix")
-    args = parser.parse_args(argv)
-    partitions = args.partitions or args.cores
-    wanted = selected_cases(args.cases, CASE_NAMES)
-    skipped: dict[str, str] = {}
-    quix_class = None
-    if "quix-mqtt" in wanted:
-        quix_class, reason = import_or_install(
-            QUIX_SPEC, _load_quix, install=not args.no_install, log=log
-        )
-        if reason:
-            skipped["quix-mqtt"] = reason
-            log(f"skipping quix-mqtt: {reason}")
-
-    sys.path.insert(0, str(ROOT))
-    from tests.services.mosquitto import MosquittoServer
-
-    logging.getLogger("quixsinks.delivery").setLevel(logging.ERROR)
-    workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-mqtt-", dir=args.tmp))
-    extra: dict[str, Any] = {}
-    counts: dict[str, int] = {}
-    with MosquittoServer() as broker:
-        spark = bench_session("quixsinks-bench-mqtt", args.cores, verbose=args.verbose)
-        try:
-            quixsinks.register(spark)
-            register_floor(spark)
-            log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
-            df = mixed_dataframe(spark, args.rows, partitions)
-            arrow = df.toArrow()
-            cases = [
-                floor_case(),
-                sink_case(broker, "mqtt", "3.1.1"),
-                sink_case(broker, "mqtt-v5", "5"),
-                limit_case(broker, arrow, partitions),
-            ]
-            feed = None
-            if quix_class is not None:
-                import importlib.metadata
-
-                feed = QuixFeed(quix_class, broker)
-                feed.load(arrow)
-                extra["quix"] = {"quixstreams": importlib.metadata.version("quixstreams")}
-                cases.append(feed.case())
-            del arrow
-            cases = [c for c in cases if c.name in wanted or c.name == FLOOR]
-            for case in cases:
-                if case.name in ("mqtt", "mqtt-v5", "quix-mqtt"):
-                    counts[case.name] = delivered(
-                        broker, args.rows, lambda path, c=case: c.write(df, path)
-                    )
-                    log(f"{case.name}: {counts[case.name]:,} of {args.rows:,} delivered")
-            results = run_cases(
-                df,
-                cases,
-                floor=FLOOR,
-                rows=args.rows,
-                repeat=args.repeat,
-                workdir=workdir,
-                log=log,
-            )
-            version = subprocess.run(
-                [broker.binary, "-h"], capture_output=True, text=True, check=False
-            ).stdout.splitlines()
-            info = machine_info(
-                spark,
-                rows=args.rows,
-                repeat=args.repeat,
-                partitions=partitions,
-                mosquitto=(
-                    version[0].split()[2] if version and len(version[0].split()) > 2 else "?"
-                ),
-                skipped=skipped,
-                **extra,
-            )
-        finally:
-            close_session(spark)
-    shutil.rmtree(workdir, ignore_errors=True)
-    judged, verdict = judge_targets(results, TARGETS, skipped)
-    quix = extra.get("quix", {})
-    notes = NOTES.format(
-        targets=targets_markdown(judged),
-        mosquitto=info["mosquitto"],
+def notes(bench: Bench) -> str:
+    counts = bench.extra.get("delivered", {})
+    return NOTES.format(
+        mosquitto=bench.info["mosquitto"],
         inflight=INFLIGHT,
-        quix_version=quix.get("quixstreams", "(not run)"),
-        rows=args.rows,
+        quix_version=bench.quix_version(),
+        rows=bench.rows,
         delivered=", ".join(f"`{k}` {v:,}" for k, v in counts.items()) or "(not run)",
     )
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks MQTT benchmark: the mqtt sink vs Quix Streams and mosquitto_pub",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=notes,
-        skipped=skipped,
-        extra={"targets": judged, "all_targets_passed": verdict, "delivered": counts},
-    )
-    print()
-    print(markdown)
-    failed = [f"{t['case']} vs {t['against']}" for t in judged if t["passed"] is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+
+
+PAGE = Page(
+    name="mqtt",
+    title="quixsinks MQTT benchmark: the mqtt sink vs Quix Streams and mosquitto_pub",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=("mqtt", "mqtt-v5", "quix-mqtt", "server-limit"),
+    targets=(("mqtt", "quix-mqtt", 5.0), ("mqtt", "server-limit", 0.5)),
+    notes=notes,
+    servers=("mosquitto",),
+    rows=100_000,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -26,29 +26,15 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import (
-    FLOOR,
-    Case,
-    argument_parser,
-    bench_session,
-    close_session,
-    floor_case,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    select_cases,
-    write_results,
-)
+from harness import Bench, Case, Page
+from harness.servers import azurite_account
 
 from quixsinks import BatchingSink, CommonOptions, SinkBatch, option
 
-NAME = "object_storage"
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,141 +80,86 @@ class PyArrowFSSink(BatchingSink[PyArrowFSOptions]):
             pq.write_table(batch.table, out, compression="snappy")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0])
-    args = parser.parse_args(argv)
-    partitions = args.partitions or args.cores
+@dataclass
+class Stores:
+    """moto_server and Azurite: a fresh bucket or container per run."""
 
-    import quixsinks
-    from tests.services.azurite import ACCOUNT, ACCOUNT_KEY, AzuriteServer
-    from tests.services.moto import MotoServer
+    moto: Any
+    azurite: Any
 
-    with MotoServer() as moto, AzuriteServer() as azurite:
-        s3 = moto.options()
+    def fresh(self, kind: str) -> str:
+        name = f"b{uuid.uuid4().hex[:12]}"
+        if kind == "s3":
+            self.moto.create_bucket(name)
+        else:
+            self.azurite.create_container(name)
+        return name
 
-        def fresh(kind: str) -> str:
-            name = f"b{uuid.uuid4().hex[:12]}"
+    def file_case(self, kind: str, description: str) -> Case:
+        def write(df: DataFrame, path: str) -> None:
             if kind == "s3":
-                moto.create_bucket(name)
+                options = {k: str(v) for k, v in self.moto.options().items()}
+                url = f"s3://{self.fresh('s3')}/out"
             else:
-                azurite.create_container(name)
-            return name
+                options = {"azure_connection_string": self.azurite.connection_string()}
+                url = f"az://{self.fresh('azure')}/out"
+            writer = df.write.format("file").option("path", url).option("format", "parquet")
+            writer.options(**options).mode("append").save()
 
-        def file_case(kind: str) -> Any:
-            def write(df: Any, path: str) -> None:
-                options = (
-                    dict(s3)
-                    if kind == "s3"
-                    else {"azure_connection_string": azurite.connection_string()}
-                )
-                url = f"s3://{fresh('s3')}/out" if kind == "s3" else f"az://{fresh('azure')}/out"
-                writer = df.write.format("file").option("path", url).option("format", "parquet")
-                writer.options(**{k: str(v) for k, v in options.items()}).mode("append").save()
+        return Case(f"file-{kind}", write, description, count_rows=None)
 
-            return write
-
-        def pyarrow_case(kind: str) -> Any:
-            def write(df: Any, path: str) -> None:
-                endpoint = f"127.0.0.1:{moto.port}" if kind == "s3" else f"127.0.0.1:{azurite.port}"
-                key, secret = (
-                    (s3["aws_access_key_id"], s3["aws_secret_access_key"])
-                    if kind == "s3"
-                    else (ACCOUNT, ACCOUNT_KEY)
-                )
-                writer = df.write.format("bench_pyarrow_fs").options(
-                    kind=kind, path=f"{fresh(kind)}/out", endpoint=endpoint, key=key, secret=secret
-                )
-                writer.mode("append").save()
-
-            return write
-
-        def local(df: Any, path: str) -> None:
-            df.write.format("file").option("path", path).option("format", "parquet").mode(
-                "append"
-            ).save()
-
-        cases = [
-            floor_case(),
-            Case("file-local", local, "quixsinks `file` sink, parquet, local disk"),
-            Case(
-                "pyarrow-s3",
-                pyarrow_case("s3"),
-                "pyarrow S3FileSystem, one Parquet file per task (baseline)",
-                count_rows=None,
-            ),
-            Case(
-                "file-s3",
-                file_case("s3"),
-                "quixsinks `file` sink, parquet, S3 (moto_server), exactly-once",
-                count_rows=None,
-            ),
-            Case(
-                "pyarrow-azure",
-                pyarrow_case("azure"),
-                "pyarrow AzureFileSystem, one Parquet file per task (baseline)",
-                count_rows=None,
-            ),
-            Case(
-                "file-azure",
-                file_case("azure"),
-                "quixsinks `file` sink, parquet, Azure Blob (Azurite), exactly-once",
-                count_rows=None,
-            ),
-        ]
-        cases = select_cases(cases, args.cases, floor=FLOOR)
-        spark = bench_session("quixsinks-bench-object-storage", args.cores, verbose=args.verbose)
-        try:
-            quixsinks.register(spark, PyArrowFSSink)
-            register_floor(spark)
-            df = mixed_dataframe(spark, args.rows, partitions)
-            results = run_cases(
-                df,
-                cases,
-                floor=FLOOR,
-                rows=args.rows,
-                repeat=args.repeat,
-                workdir=args.tmp,
-                log=lambda line: print(line, flush=True),
+    def pyarrow_case(self, kind: str, description: str) -> Case:
+        def write(df: DataFrame, path: str) -> None:
+            if kind == "s3":
+                s3 = self.moto.options()
+                endpoint = f"127.0.0.1:{self.moto.port}"
+                key, secret = s3["aws_access_key_id"], s3["aws_secret_access_key"]
+            else:
+                endpoint = f"127.0.0.1:{self.azurite.port}"
+                key, secret = azurite_account()
+            writer = df.write.format("bench_pyarrow_fs").options(
+                kind=kind, path=f"{self.fresh(kind)}/out", endpoint=endpoint, key=key, secret=secret
             )
-            info = machine_info(spark, rows=args.rows, repeat=args.repeat, partitions=partitions)
-            df.unpersist()
-        finally:
-            close_session(spark)
-        commit_ms = commit_cost(moto)
+            writer.mode("append").save()
 
-    by_name = {r.name: r for r in results}
-    judged = []
-    for store in ("s3", "azure"):
-        ours, base = by_name.get(f"file-{store}"), by_name.get(f"pyarrow-{store}")
-        if ours and base and ours.rows_per_s and base.rows_per_s:
-            ratio = ours.rows_per_s / base.rows_per_s
-            judged.append((f"file-{store} vs pyarrow-{store}", ratio, ratio >= 0.8))
-    judged.append(("S3 commit of 4 files (median ms)", commit_ms, commit_ms < 100))
-    notes = "\n".join(
-        [
-            "",
-            "| target | measured | met |",
-            "|---|---:|---|",
-            *(f"| {what} | {value:.2f} | {'yes' if ok else 'no'} |" for what, value, ok in judged),
-            "",
-            "Ratios of rows/s in the same session, runs interleaved. moto_server (Python) and "
-            "Azurite (Node) run on the same two cores as Spark, so absolute rows/s say more "
-            "about them than about S3 or Azure. pyarrow's writers skip everything the sink "
-            "adds: staging, the create-only marker, the server-side copy to the final name "
-            "and the staging cleanup (exactly-once).",
-        ]
+        return Case(f"pyarrow-{kind}", write, description, count_rows=None)
+
+
+def _local(df: DataFrame, path: str) -> None:
+    df.write.format("file").option("path", path).option("format", "parquet").mode("append").save()
+
+
+def cases(bench: Bench) -> list[Case]:
+    stores = Stores(bench.servers["moto"], bench.servers["azurite"])
+    return [
+        Case("file-local", _local, "quixsinks `file` sink, parquet, local disk"),
+        stores.pyarrow_case("s3", "pyarrow S3FileSystem, one Parquet file per task (baseline)"),
+        stores.file_case("s3", "quixsinks `file` sink, parquet, S3 (moto_server), exactly-once"),
+        stores.pyarrow_case(
+            "azure", "pyarrow AzureFileSystem, one Parquet file per task (baseline)"
+        ),
+        stores.file_case(
+            "azure", "quixsinks `file` sink, parquet, Azure Blob (Azurite), exactly-once"
+        ),
+    ]
+
+
+def after(bench: Bench) -> None:
+    bench.extra["s3_commit_ms"] = commit_cost(bench.servers["moto"])
+
+
+def notes(bench: Bench) -> str:
+    commit_ms = bench.extra["s3_commit_ms"]
+    met = "yes" if commit_ms < 100 else "no"
+    return (
+        f"S3 commit of one micro-batch of 4 staged files: {commit_ms:.2f} ms (median of 20; "
+        f"target under 100 ms: {met}).\n\n"
+        "Ratios of rows/s in the same session, runs interleaved. moto_server (Python) and "
+        "Azurite (Node) run on the same two cores as Spark, so absolute rows/s say more "
+        "about them than about S3 or Azure. pyarrow's writers skip everything the sink "
+        "adds: staging, the create-only marker, the server-side copy to the final name "
+        "and the staging cleanup (exactly-once)."
     )
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks object-storage benchmark: the file sink on S3 and Azure vs pyarrow",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=notes,
-    )
-    print(markdown)
-    return 0 if all(ok for _, _, ok in judged) or not args.strict else 1
 
 
 def commit_cost(moto: Any, rounds: int = 20) -> float:
@@ -251,6 +182,22 @@ def commit_cost(moto: Any, rounds: int = 20) -> float:
         FilePublisher(area).publish("bench", batch, files, query_id="bench")
         timings.append((time.perf_counter() - started) * 1000)
     return statistics.median(timings)
+
+
+PAGE = Page(
+    name="object_storage",
+    title="quixsinks object-storage benchmark: the file sink on S3 and Azure vs pyarrow",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=("file-local", "pyarrow-s3", "file-s3", "pyarrow-azure", "file-azure"),
+    targets=(("file-s3", "pyarrow-s3", 0.8), ("file-azure", "pyarrow-azure", 0.8)),
+    notes=notes,
+    servers=("moto", "azurite"),
+    sinks=(PyArrowFSSink,),
+    after=after,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ with the key as the ``_key`` attribute):
   as Python dicts through ``add()`` (one ``publish()`` per message, every future kept in a
   list that is never cleared) and one ``flush()`` at the end, in this process, with its
   defaults (the client's batch settings: 100 messages per request); timed on a sample
-  when all rows would take more than ``QUIX_MAX_SECONDS``;
+  when all rows would take more than a minute;
 * ``server-limit``: the emulator's own limit: the GAPIC ``publish`` RPC called directly
   with pre-built requests of 1,000 messages (the same data and attributes) from 4 threads.
 
@@ -31,57 +31,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import (
-    BENCH_DIR,
-    FLOOR,
-    Case,
-    RelativeTarget,
-    argument_parser,
-    bench_session,
-    close_session,
-    floor_case,
-    import_or_install,
-    judge_targets,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    selected_cases,
-    targets_markdown,
-    write_results,
-)
-
-import quixsinks
+from harness import Bench, Case, Destination, Page
+from harness.quix import add_all
+from harness.servers import pubsub_emulator_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "pubsub"
-ROOT = BENCH_DIR.parent
 VALUES = ("id", "value", "flag", "name")
-QUIX_SPEC = "quixstreams"
-QUIX_MODULE = "quixstreams.sinks.community.pubsub"
-QUIX_MAX_SECONDS = 60.0
-QUIX_SAMPLE_ROWS = 50_000
-QUIX_PROBE_ROWS = 10_000
 REQUEST_MESSAGES = 1000
-
-CASE_NAMES = ("pubsub", "quix-pubsub", "server-limit")
-
-TARGETS: tuple[RelativeTarget, ...] = (("pubsub", "quix-pubsub", 5.0),)
-
-
-def log(line: str) -> None:
-    print(line, flush=True)
 
 
 def topic_of(path: str) -> str:
@@ -89,8 +52,10 @@ def topic_of(path: str) -> str:
 
 
 @dataclass
-class Server:
-    emulator: Any  # tests.services.pubsub_emulator.PubSubEmulator
+class Server(Destination):
+    """The emulator: a fresh topic with one subscription per run, counted by pulling."""
+
+    emulator: Any
 
     def fresh(self, path: str) -> None:
         self.emulator.create_topic(topic_of(path), ordering=False)
@@ -109,19 +74,8 @@ class Server:
             subscriber.close()
         self.emulator.delete_topic(topic)
 
-    def case(self, name: str, write: Any, description: str, rows: int | None = None) -> Case:
-        return Case(
-            name,
-            write,
-            description,
-            count_rows=self.count_rows,
-            setup=self.fresh,
-            cleanup=self.cleanup,
-            rows=rows,
-        )
 
-
-def sink_writer(server: Server) -> Any:
+def sink_case(server: Server) -> Case:
     def write(df: DataFrame, path: str) -> None:
         options = {
             **server.emulator.options(topic_of(path)),
@@ -131,7 +85,7 @@ def sink_writer(server: Server) -> Any:
         }
         df.write.format("pubsub").mode("append").options(**options).save()
 
-    return write
+    return server.case("pubsub", write, "pubsub sink, batches of 1,000 messages")
 
 
 @dataclass
@@ -141,66 +95,24 @@ class QuixFeed:
     sink_class: Any
     server: Server
     rows: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
 
     def load(self, table: Any) -> None:
         self.rows = table.select(list(VALUES)).to_pylist()
+        self.keys = [str(value["id"]).encode() for value in self.rows]
 
-    def run(self, count: int, topic: str) -> None:
+    def write(self, df: DataFrame, path: str) -> None:
         emulator = self.server.emulator
         os.environ["PUBSUB_EMULATOR_HOST"] = emulator.emulator_host  # how Quix's client finds it
         try:
-            sink = self.sink_class(project_id=emulator.project, topic_id=topic, flush_timeout=120)
+            sink = self.sink_class(
+                project_id=emulator.project, topic_id=topic_of(path), flush_timeout=120
+            )
             sink.setup()
-            add = sink.add
-            rows = self.rows
-            for offset in range(count):
-                value = rows[offset]
-                add(
-                    value=value,
-                    key=str(value["id"]).encode(),
-                    timestamp=0,
-                    headers=[],
-                    topic="bench",
-                    partition=0,
-                    offset=offset,
-                )
-            sink.flush()
+            add_all(sink, self.rows, self.keys)
             sink._client.stop()
         finally:
             del os.environ["PUBSUB_EMULATOR_HOST"]
-
-    def case(self, count: int, all_rows: int) -> Case:
-        def write(df: DataFrame, path: str) -> None:
-            self.run(count, topic_of(path))
-
-        return self.server.case(
-            "quix-pubsub",
-            write,
-            "Quix Streams PubSubSink: add() per row (publish, futures kept), one flush(), in "
-            "one process" + ("" if count == all_rows else f" ({count:_} rows)"),
-            rows=count,
-        )
-
-
-def _load_quix() -> Any:
-    import importlib
-
-    return importlib.import_module(QUIX_MODULE).PubSubSink
-
-
-def quix_rows_for(feed: QuixFeed, arrow: Any, rows: int) -> tuple[int, dict[str, Any]]:
-    probe = min(rows, QUIX_PROBE_ROWS)
-    feed.load(arrow.slice(0, probe))
-    feed.server.fresh("probe")
-    started = time.perf_counter()
-    feed.run(probe, topic_of("probe"))
-    seconds = time.perf_counter() - started
-    feed.server.cleanup("probe")
-    estimate = rows * seconds / probe
-    chosen = rows if estimate <= QUIX_MAX_SECONDS else min(rows, QUIX_SAMPLE_ROWS)
-    log(f"Quix probe: {probe:_} rows in {seconds:.2f} s; timing Quix on {chosen:_} rows")
-    feed.load(arrow.slice(0, chosen))
-    return chosen, {"probe_rows": probe, "probe_seconds": round(seconds, 3)}
 
 
 def limit_case(server: Server, arrow: Any) -> Case:
@@ -238,9 +150,30 @@ def limit_case(server: Server, arrow: Any) -> Case:
     )
 
 
+def cases(bench: Bench) -> list[Case]:
+    server = Server(bench.servers["pubsub"])
+    bench.json_bytes(VALUES)
+    bench.info["emulator"] = pubsub_emulator_name()
+    found = [sink_case(server), limit_case(server, bench.arrow())]
+    quix = bench.peer(["quix-pubsub"], "quixstreams.sinks.community.pubsub", "PubSubSink")
+    if quix is not None:
+        feed = QuixFeed(quix, server)
+        description = (
+            "Quix Streams PubSubSink: add() per row (publish, futures kept), one flush(), in "
+            "one process"
+        )
+        found.append(
+            bench.sampled(
+                server.case("quix-pubsub", feed.write, description),
+                feed.load,
+                sample=50_000,
+                probe=10_000,
+            )
+        )
+    return found
+
+
 NOTES = """
-Targets (issue), on the best times' rows/s:
-{targets}
 One message per row: the JSON object of `id, value, flag, name` ({value_bytes} bytes on
 average) with the key (`id`) as the `_key` attribute. `pubsub` is the quixsinks sink
 (PublishRequests of 1,000 messages built in Arrow and sent on the cached PublisherClient's
@@ -256,120 +189,28 @@ with one subscription, counted after the warm-up.
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0], rows=200_000)
-    parser.add_argument("--no-install", action="store_true", help="do not pip-install quix")
-    args = parser.parse_args(argv)
-    partitions = args.partitions or args.cores
-    wanted = selected_cases(args.cases, CASE_NAMES)
-    skipped: dict[str, str] = {}
-    quix_class = None
-    if "quix-pubsub" in wanted:
-        quix_class, reason = import_or_install(
-            QUIX_SPEC, _load_quix, install=not args.no_install, log=log
-        )
-        if reason:
-            skipped["quix-pubsub"] = reason
-            log(f"skipping quix-pubsub: {reason}")
-
-    sys.path.insert(0, str(ROOT))
-    from tests.services.pubsub_emulator import PubSubEmulator, find_emulator, missing_reason
-
-    reason = missing_reason()
-    if reason is not None:
-        log(f"cannot run the Pub/Sub benchmark: {reason}")
-        return 0 if not args.strict else 1
-
-    workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-pubsub-", dir=args.tmp))
-    extra: dict[str, Any] = {}
-    with PubSubEmulator() as emulator:
-        server = Server(emulator)
-        spark = bench_session("quixsinks-bench-pubsub", args.cores, verbose=args.verbose)
-        try:
-            quixsinks.register(spark)
-            register_floor(spark)
-            log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
-            df = mixed_dataframe(spark, args.rows, partitions)
-            arrow = df.toArrow()
-            sample = arrow.select(list(VALUES)).slice(0, 1000).to_pylist()
-            value_bytes = round(
-                sum(len(json.dumps(r, separators=(",", ":"))) for r in sample) / len(sample)
-            )
-            cases = [
-                floor_case(),
-                server.case(
-                    "pubsub", sink_writer(server), "pubsub sink, batches of 1,000 messages"
-                ),
-            ]
-            if "server-limit" in wanted:
-                cases.append(limit_case(server, arrow))
-            if quix_class is not None:
-                import importlib.metadata
-
-                feed = QuixFeed(quix_class, server)
-                quix_rows, decision = quix_rows_for(feed, arrow, args.rows)
-                extra["quix"] = {
-                    "quixstreams": importlib.metadata.version("quixstreams"),
-                    "rows": quix_rows,
-                    **decision,
-                }
-                cases.append(feed.case(quix_rows, args.rows))
-            del arrow
-            cases = [c for c in cases if c.name in wanted or c.name == FLOOR]
-            results = run_cases(
-                df,
-                cases,
-                floor=FLOOR,
-                rows=args.rows,
-                repeat=args.repeat,
-                workdir=workdir,
-                log=log,
-            )
-            launcher = find_emulator()
-            info = machine_info(
-                spark,
-                rows=args.rows,
-                repeat=args.repeat,
-                partitions=partitions,
-                emulator=str(launcher.resolve().parents[1]) if launcher else "",
-                value_bytes=value_bytes,
-                skipped=skipped,
-                **extra,
-            )
-        finally:
-            close_session(spark)
-    shutil.rmtree(workdir, ignore_errors=True)
-    judged, verdict = judge_targets(results, TARGETS, skipped)
-    quix = extra.get("quix", {})
-    notes = NOTES.format(
-        targets=targets_markdown(judged),
-        value_bytes=info["value_bytes"],
-        quix_version=quix.get("quixstreams", "(not run)"),
-        quix_sample=(
-            f"; timed on the first {quix['rows']:,} rows, its rows/s compared as is"
-            if quix and quix.get("rows") != args.rows
-            else ""
-        ),
-        emulator=Path(info["emulator"]).name,
+def notes(bench: Bench) -> str:
+    return NOTES.format(
+        value_bytes=bench.info["value_bytes"],
+        quix_version=bench.quix_version(),
+        quix_sample=bench.quix_note(),
+        emulator=bench.info["emulator"],
     )
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks Pub/Sub benchmark: the pubsub sink vs Quix Streams on the emulator",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=notes,
-        skipped=skipped,
-        extra={"targets": judged, "all_targets_passed": verdict},
-    )
-    print()
-    print(markdown)
-    failed = [f"{t['case']} vs {t['against']}" for t in judged if t["passed"] is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+
+
+PAGE = Page(
+    name="pubsub",
+    title="quixsinks Pub/Sub benchmark: the pubsub sink vs Quix Streams on the emulator",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=("pubsub", "quix-pubsub", "server-limit"),
+    targets=(("pubsub", "quix-pubsub", 5.0),),
+    notes=notes,
+    servers=("pubsub",),
+    rows=200_000,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ columns); every row becomes one key ``b:<id>`` (unique):
 * ``quix-redis``: Quix Streams' ``RedisSink`` into the same server, fed the same rows
   as Python dicts through ``add()`` and one ``flush()`` in this process (one MULTI/EXEC
   per flush, ``json.dumps`` values), timed on a sample when all rows would take more than
-  ``QUIX_MAX_SECONDS``;
+  a minute;
 * ``server-limit``: ``redis-benchmark -P 1000 -t set -n <rows> -r <rows> -d <value
   bytes>`` (50 clients, 1,000 commands per pipeline): the server's own limit for SETs of
   the same size, wall time of the process.
@@ -24,72 +24,33 @@ warm-up the server must hold ``--rows`` keys (DBSIZE).
 Targets (issue): ``redis-string`` >= 10x ``quix-redis``; ``redis-string`` >= 0.5x
 ``server-limit`` (redis-benchmark).
 
-Run: ``.venv/bin/python benchmarks/bench_redis.py [--rows N]``.
+Run: ``.venv/bin/python benchmarks/bench_redis.py [--rows N] [--quick]``.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import (
-    BENCH_DIR,
-    FLOOR,
-    Case,
-    RelativeTarget,
-    argument_parser,
-    bench_session,
-    close_session,
-    floor_case,
-    import_or_install,
-    judge_targets,
-    machine_info,
-    mixed_dataframe,
-    register_floor,
-    run_cases,
-    selected_cases,
-    targets_markdown,
-    write_results,
-)
-
-import quixsinks
+from harness import Bench, Case, Destination, Page, command_output
+from harness.quix import add_all
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "redis"
-ROOT = BENCH_DIR.parent
 KEY_TEMPLATE = "b:{id}"
 VALUES = ("id", "value", "flag", "name")
-QUIX_SPEC = "quixstreams"
-QUIX_MODULE = "quixstreams.sinks.community.redis"
-QUIX_MAX_SECONDS = 60.0
-QUIX_SAMPLE_ROWS = 100_000
-QUIX_PROBE_ROWS = 20_000
 PIPELINE = 1000
-
-CASE_NAMES = ("redis-string", "redis-hash", "quix-redis", "server-limit")
-
-TARGETS: tuple[RelativeTarget, ...] = (
-    ("redis-string", "quix-redis", 10.0),
-    ("redis-string", "server-limit", 0.5),
-)
-
-
-def log(line: str) -> None:
-    print(line, flush=True)
 
 
 @dataclass
-class Server:
-    server: Any  # tests.services.redis_server.RedisServer
+class Server(Destination):
+    """The redis-server of every case, emptied before and after each run."""
+
+    server: Any
     client: Any = None
 
     def fresh(self, path: str) -> None:
@@ -102,7 +63,7 @@ class Server:
         self.client.flushall()
 
 
-def sink_writer(server: Server, data_type: str) -> Any:
+def sink_case(server: Server, data_type: str, description: str) -> Case:
     options = {
         **server.server.options,
         "data_type": data_type,
@@ -114,7 +75,7 @@ def sink_writer(server: Server, data_type: str) -> Any:
     def write(df: DataFrame, path: str) -> None:
         df.write.format("redis").mode("append").options(**options).save()
 
-    return write
+    return server.case(f"redis-{data_type}", write, description)
 
 
 @dataclass
@@ -124,69 +85,21 @@ class QuixFeed:
     sink_class: Any
     server: Server
     rows: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
 
     def load(self, table: Any) -> None:
         self.rows = table.select(list(VALUES)).to_pylist()
+        self.keys = [KEY_TEMPLATE.format(id=value["id"]) for value in self.rows]
 
-    def run(self, count: int) -> None:
+    def write(self, df: DataFrame, path: str) -> None:
         srv = self.server.server
         sink = self.sink_class(host=srv.host, port=srv.port, db=0, password=srv.password)
         sink.setup()
-        add = sink.add
-        rows = self.rows
-        for offset in range(count):
-            value = rows[offset]
-            add(
-                value=value,
-                key=f"b:{value['id']}",
-                timestamp=0,
-                headers=[],
-                topic="bench",
-                partition=0,
-                offset=offset,
-            )
-        sink.flush()
-
-    def case(self, count: int, all_rows: int) -> Case:
-        def write(df: DataFrame, path: str) -> None:
-            self.run(count)
-
-        return Case(
-            "quix-redis",
-            write,
-            "Quix Streams RedisSink: add() per row, one flush() (MULTI/EXEC of SETs), in "
-            "one process" + ("" if count == all_rows else f" ({count:_} rows)"),
-            count_rows=self.server.count_rows,
-            setup=self.server.fresh,
-            cleanup=self.server.cleanup,
-            rows=count,
-        )
+        add_all(sink, self.rows, self.keys)
 
 
-def _load_quix() -> Any:
-    import importlib
-
-    return importlib.import_module(QUIX_MODULE).RedisSink
-
-
-def quix_rows_for(feed: QuixFeed, arrow: Any, rows: int) -> tuple[int, dict[str, Any]]:
-    probe = min(rows, QUIX_PROBE_ROWS)
-    feed.load(arrow.slice(0, probe))
-    feed.server.fresh("")
-    started = time.perf_counter()
-    feed.run(probe)
-    seconds = time.perf_counter() - started
-    feed.server.cleanup("")
-    estimate = rows * seconds / probe
-    chosen = rows if estimate <= QUIX_MAX_SECONDS else min(rows, QUIX_SAMPLE_ROWS)
-    log(f"Quix probe: {probe:_} rows in {seconds:.2f} s; timing Quix on {chosen:_} rows")
-    feed.load(arrow.slice(0, chosen))
-    return chosen, {"probe_rows": probe, "probe_seconds": round(seconds, 3)}
-
-
-def benchmark_case(server: Server, rows: int, value_bytes: int) -> Case:
-    binary = shutil.which("redis-benchmark")
-    assert binary is not None
+def limit_case(server: Server, rows: int, value_bytes: int) -> Case:
+    binary = shutil.which("redis-benchmark") or "redis-benchmark"
     srv = server.server
     command = [
         binary, "-h", srv.host, "-p", str(srv.port), "-a", srv.password,
@@ -197,20 +110,51 @@ def benchmark_case(server: Server, rows: int, value_bytes: int) -> Case:
     def write(df: DataFrame, path: str) -> None:
         subprocess.run(command, check=True, capture_output=True, timeout=600)
 
-    return Case(
+    return server.case(
         "server-limit",
         write,
         f"redis-benchmark -P {PIPELINE} -t set -n {rows} -r {rows} -d {value_bytes} "
         "(50 clients): the server's limit for SETs of this size",
         count_rows=None,
-        setup=server.fresh,
-        cleanup=server.cleanup,
     )
 
 
+def cases(bench: Bench) -> list[Case]:
+    redis_server = bench.servers["redis"]
+    server = Server(redis_server, redis_server.client())
+    value_bytes = bench.json_bytes(VALUES)
+    bench.info["redis_server"] = (command_output([redis_server.binary, "--version"]) or "?").split(
+        " sha="
+    )[0]
+    found = [
+        sink_case(
+            server,
+            "string",
+            f"redis sink, data_type=string (MSET of keys, JSON values), pipeline_size={PIPELINE}",
+        ),
+        sink_case(
+            server, "hash", f"redis sink, data_type=hash (HSET 4 fields), pipeline_size={PIPELINE}"
+        ),
+        limit_case(server, bench.rows, value_bytes),
+    ]
+    quix = bench.peer(["quix-redis"], "quixstreams.sinks.community.redis", "RedisSink")
+    if quix is not None:
+        feed = QuixFeed(quix, server)
+        found.append(
+            bench.sampled(
+                server.case(
+                    "quix-redis",
+                    feed.write,
+                    "Quix Streams RedisSink: add() per row, one flush() (MULTI/EXEC of SETs), "
+                    "in one process",
+                ),
+                feed.load,
+            )
+        )
+    return found
+
+
 NOTES = """
-Targets (issue), on the best times' rows/s:
-{targets}
 Keys `b:<id>` (unique per row). `redis-string` writes `b:<id>` = the JSON object of id,
 value, flag, name ({value_bytes} bytes on average) as one `MSET` of {pipeline} keys per
 round trip, `redis-hash` `HSET b:<id>` with those four fields in pipelines of {pipeline}
@@ -226,131 +170,29 @@ before each run.
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0], rows=1_000_000)
-    parser.add_argument("--no-install", action="store_true", help="do not pip-install quix")
-    args = parser.parse_args(argv)
-    partitions = args.partitions or args.cores
-    wanted = selected_cases(args.cases, CASE_NAMES)
-    skipped: dict[str, str] = {}
-    quix_class = None
-    if "quix-redis" in wanted:
-        quix_class, reason = import_or_install(
-            QUIX_SPEC, _load_quix, install=not args.no_install, log=log
-        )
-        if reason:
-            skipped["quix-redis"] = reason
-            log(f"skipping quix-redis: {reason}")
-
-    sys.path.insert(0, str(ROOT))
-    from tests.services.redis_server import RedisServer
-
-    workdir = Path(tempfile.mkdtemp(prefix="quixsinks-bench-redis-", dir=args.tmp))
-    extra: dict[str, Any] = {}
-    with RedisServer() as redis_server:
-        server = Server(redis_server, redis_server.client())
-        spark = bench_session("quixsinks-bench-redis", args.cores, verbose=args.verbose)
-        try:
-            quixsinks.register(spark)
-            register_floor(spark)
-            log(f"building {args.rows:_} cached rows in {partitions} partitions ...")
-            df = mixed_dataframe(spark, args.rows, partitions)
-            arrow = df.toArrow()
-            sample = arrow.select(list(VALUES)).slice(0, 1000).to_pylist()
-            value_bytes = round(
-                sum(len(json.dumps(r, separators=(",", ":"))) for r in sample) / len(sample)
-            )
-            cases = [
-                floor_case(),
-                Case(
-                    "redis-string",
-                    sink_writer(server, "string"),
-                    f"redis sink, data_type=string (MSET of keys, JSON values), "
-                    f"pipeline_size={PIPELINE}",
-                    count_rows=server.count_rows,
-                    setup=server.fresh,
-                    cleanup=server.cleanup,
-                ),
-                Case(
-                    "redis-hash",
-                    sink_writer(server, "hash"),
-                    f"redis sink, data_type=hash (HSET 4 fields), pipeline_size={PIPELINE}",
-                    count_rows=server.count_rows,
-                    setup=server.fresh,
-                    cleanup=server.cleanup,
-                ),
-                benchmark_case(server, args.rows, value_bytes),
-            ]
-            if quix_class is not None:
-                import importlib.metadata
-
-                feed = QuixFeed(quix_class, server)
-                quix_rows, decision = quix_rows_for(feed, arrow, args.rows)
-                extra["quix"] = {
-                    "quixstreams": importlib.metadata.version("quixstreams"),
-                    "rows": quix_rows,
-                    **decision,
-                }
-                cases.append(feed.case(quix_rows, args.rows))
-            del arrow
-            cases = [c for c in cases if c.name in wanted or c.name == FLOOR]
-            results = run_cases(
-                df,
-                cases,
-                floor=FLOOR,
-                rows=args.rows,
-                repeat=args.repeat,
-                workdir=workdir,
-                log=log,
-            )
-            version = subprocess.run(
-                [redis_server.binary, "--version"], capture_output=True, text=True, check=False
-            ).stdout.split(" sha=")[0]
-            info = machine_info(
-                spark,
-                rows=args.rows,
-                repeat=args.repeat,
-                partitions=partitions,
-                redis_server=version,
-                value_bytes=value_bytes,
-                skipped=skipped,
-                **extra,
-            )
-        finally:
-            close_session(spark)
-    shutil.rmtree(workdir, ignore_errors=True)
-    judged, verdict = judge_targets(results, TARGETS, skipped)
-    quix = extra.get("quix", {})
-    notes = NOTES.format(
-        targets=targets_markdown(judged),
-        value_bytes=info["value_bytes"],
+def notes(bench: Bench) -> str:
+    return NOTES.format(
+        value_bytes=bench.info["value_bytes"],
         pipeline=PIPELINE,
-        quix_version=quix.get("quixstreams", "(not run)"),
-        quix_sample=(
-            f"; timed on the first {quix['rows']:,} rows, its rows/s compared as is"
-            if quix and quix.get("rows") != args.rows
-            else ""
-        ),
-        redis_version=info["redis_server"],
+        quix_version=bench.quix_version(),
+        quix_sample=bench.quix_note(),
+        redis_version=bench.info["redis_server"],
     )
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks Redis benchmark: the redis sink vs Quix Streams and redis-benchmark",
-        info=info,
-        results=results,
-        floor=FLOOR,
-        notes=notes,
-        skipped=skipped,
-        extra={"targets": judged, "all_targets_passed": verdict},
-    )
-    print()
-    print(markdown)
-    failed = [f"{t['case']} vs {t['against']}" for t in judged if t["passed"] is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+
+
+PAGE = Page(
+    name="redis",
+    title="quixsinks Redis benchmark: the redis sink vs Quix Streams and redis-benchmark",
+    doc=__doc__ or "",
+    cases=cases,
+    case_names=("redis-string", "redis-hash", "quix-redis", "server-limit"),
+    targets=(("redis-string", "quix-redis", 10.0), ("redis-string", "server-limit", 0.5)),
+    notes=notes,
+    servers=("redis",),
+    rows=1_000_000,
+)
+
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -31,18 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from common import (
-    Case,
-    argument_parser,
-    bench_session,
-    close_session,
-    floor_case,
-    machine_info,
-    register_floor,
-    run_cases,
-    select_cases,
-    write_results,
-)
+from harness import Case, Page, cached
 
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.options import option
@@ -51,7 +40,6 @@ from quixsinks.core.sink import BatchingSink, CommonOptions
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-NAME = "tsdatalake"
 BASELINE = "spark-partitioned"
 HIVE = ("year", "month", "day", "hour")
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -61,7 +49,6 @@ SPAN_MS = 48 * 3_600_000
 def readings(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
     """Cached sensor readings: sensor (100 distinct), id, temperature, humidity, ts_ms
     (integer epoch ms spread evenly over 48 hours)."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     step = max(1, SPAN_MS // max(1, rows))
@@ -72,9 +59,7 @@ def readings(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
         ((F.col("id") % 97) / F.lit(97.0)).alias("humidity"),
         (F.lit(BASE_MS) + F.col("id") * F.lit(step)).alias("ts_ms"),
     )
-    df = df.persist(StorageLevel.MEMORY_ONLY)
-    df.count()
-    return df
+    return cached(df, rows)
 
 
 def _tsdatalake(df: DataFrame, path: str) -> None:
@@ -171,7 +156,6 @@ CASES = [
         _quix_like,
         "QuixTSDataLakeSink's approach: per-record dicts and datetimes, grouped in Python",
     ),
-    floor_case(),
 ]
 
 NOTES = """
@@ -183,62 +167,19 @@ workspace); it runs through the same Spark path, so the difference is the sink's
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser(__doc__.splitlines()[0])
-    args = parser.parse_args(argv)
-    cases = select_cases(CASES, args.cases, floor=BASELINE)
-    partitions = args.partitions or args.cores
+PAGE = Page(
+    name="tsdatalake",
+    title="quixsinks tsdatalake benchmark: Hive-partitioned Parquet vs Spark's writer",
+    doc=__doc__ or "",
+    cases=lambda bench: CASES,
+    case_names=[c.name for c in CASES] + ["noop-arrow"],
+    notes=NOTES,
+    floor=BASELINE,
+    data=readings,
+    sinks=(QuixLikeLake,),
+)
 
-    from pyspark import cloudpickle
-
-    import quixsinks
-
-    spark = bench_session("quixsinks-bench-tsdatalake", args.cores, verbose=args.verbose)
-    try:
-        quixsinks.register(spark)
-        register_floor(spark)
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        quixsinks.register(spark, QuixLikeLake)
-        print(f"building {args.rows:_} cached rows in {partitions} partitions ...", flush=True)
-        df = readings(spark, args.rows, partitions)
-        results = run_cases(
-            df,
-            cases,
-            floor=BASELINE,
-            rows=args.rows,
-            repeat=args.repeat,
-            workdir=args.tmp,
-            log=lambda line: print(line, flush=True),
-        )
-        info = machine_info(
-            spark,
-            rows=args.rows,
-            repeat=args.repeat,
-            partitions=partitions,
-            cores=args.cores,
-            columns=dict(df.dtypes),
-        )
-        df.unpersist()
-    finally:
-        close_session(spark)
-
-    markdown = write_results(
-        args.out,
-        NAME,
-        title="quixsinks tsdatalake benchmark: Hive-partitioned Parquet vs Spark's writer",
-        info=info,
-        results=results,
-        floor=BASELINE,
-        notes=NOTES,
-    )
-    print()
-    print(markdown)
-    print(f"wrote {args.out / (NAME + '.json')} and {args.out / (NAME + '.md')}")
-    failed = [r.name for r in results if r.passed is False]
-    if failed:
-        print(f"below target: {', '.join(failed)}", file=sys.stderr)
-        return 1 if args.strict else 0
-    return 0
+main = PAGE.main
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Every benchmark of ``make bench`` in ``--quick`` mode, in turn, in one process and one session.
 
-Each ``benchmarks/bench_*.py`` run alone starts its own JVM and Python workers, which is
-most of a quick run. Here the benchmarks' modules are imported and their ``main(["--quick",
-...])`` called one after the other inside :func:`common.shared_session`: every
-``bench_session()`` returns the same running session and ``close_session()`` only drops
-the benchmark's cached data and settings. The servers each benchmark starts are still
-its own (started and stopped inside its ``main``). The test suite runs this
+Each ``benchmarks/bench_*.py`` run alone starts its own JVM, Python workers and servers,
+which is most of a quick run. Here the benchmarks' modules are imported and their
+``main(["--quick", ...])`` called one after the other inside the harness's
+``shared_session`` and ``shared_servers``: every benchmark gets the same running session
+(its end only drops the benchmark's cached data and settings), and a server is started
+the first time a benchmark asks for it and kept for the benchmarks after it (the two
+InfluxDB benchmarks share one). The test suite runs this
 (``tests/integration/test_bench_quick.py``); ``make bench`` does not.
 
 Writes into ``--out``:
@@ -40,7 +41,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR, close_session, shared_session
+from harness.cli import BENCH_DIR
+from harness.servers import missing, shared_servers
+from harness.session import close_session, shared_session
 
 ROOT = BENCH_DIR.parent
 
@@ -87,17 +90,31 @@ def restored_globals() -> Iterator[None]:
                 os.environ[key] = value
 
 
+def pages(benches: list[str]) -> list[Any]:
+    """The ``PAGE`` of each benchmark module that imports (one that does not is left to
+    :func:`run_one`, which reports it)."""
+    found = []
+    for bench in benches:
+        try:
+            found.append(importlib.import_module(bench).PAGE)
+        except Exception:
+            continue
+    return found
+
+
+def server_names(benches: list[str]) -> list[str]:
+    """The servers the benchmarks need that can start here, in the order they need them."""
+    names = dict.fromkeys(name for page in pages(benches) for name in page.servers)
+    return [name for name in names if missing(name) is None]
+
+
 def session_conf(benches: list[str]) -> dict[str, str]:
-    """The settings the shared session must start with: every benchmark's ``session_conf()``
+    """The settings the shared session must start with: every page's ``session_conf``
     (those a running session cannot change). A module that does not import is left to
     :func:`run_one`, which reports it."""
     conf: dict[str, str] = {}
-    for bench in benches:
-        try:
-            module = importlib.import_module(bench)
-        except Exception:
-            continue
-        for key, value in getattr(module, "session_conf", dict)().items():
+    for page in pages(benches):
+        for key, value in page.session_conf(None).items():
             if conf.setdefault(key, value) != value:
                 raise RuntimeError(f"benchmarks need {key}={conf[key]!r} and {value!r}")
     return conf
@@ -148,7 +165,7 @@ def run(benches: list[str], out: Path, cores: int = 2) -> dict[str, dict[str, An
     pending = list(benches)
     conf = session_conf(benches)
     while pending:
-        with shared_session(cores, **conf) as spark:
+        with shared_servers(server_names(pending)), shared_session(cores, **conf) as spark:
             while pending:
                 bench = pending.pop(0)
                 summary[bench] = result = run_one(bench, out, cores)
@@ -158,7 +175,7 @@ def run(benches: list[str], out: Path, cores: int = 2) -> dict[str, dict[str, An
                 else:  # a new shared session for the rest
                     result["error"] = (result["error"] or "") + (
                         f"{bench} stopped the shared session: end it with "
-                        "common.close_session(spark), not spark.stop()"
+                        "harness.session.close_session(spark), not spark.stop()"
                     )
                 (out / "summary.json.tmp").write_text(json.dumps(summary, indent=2) + "\n")
                 (out / "summary.json.tmp").replace(out / "summary.json")

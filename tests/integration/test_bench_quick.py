@@ -1,11 +1,11 @@
 """``make bench`` cannot break silently: every benchmark it runs, in ``--quick`` mode.
 
-A hundredth of the rows, one run per case, results in a temporary folder, no pip installs
-(a peer that is not installed, such as Quix Streams, is reported as skipped with the
-reason; the test checks that it says so). The numbers are not judged here, so the
-benchmarks run in turn in one subprocess sharing one Spark session
-(``benchmarks/quick.py``): a quick run alone is mostly a JVM and Python workers starting.
-Each benchmark still starts and stops its own servers, and fails its own test here.
+1,000 rows, one run per case, results in a temporary folder; nothing is pip-installed (a
+peer that is not installed, such as Quix Streams without the ``dev`` extra, is reported as
+skipped with the reason; the test checks that it says so). The numbers are not judged, so
+the benchmarks run in turn in one subprocess sharing one Spark session and the servers
+(``benchmarks/quick.py``): a quick run alone is mostly a JVM, Python workers and servers
+starting. Each benchmark still fails its own test here.
 """
 
 from __future__ import annotations

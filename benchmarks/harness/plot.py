@@ -1,9 +1,9 @@
 """One PNG bar chart per benchmark result: rows/s of every case, the floor and the peers.
 
-    python benchmarks/plot.py [RESULTS_DIR [IMAGES_DIR]]
+    python benchmarks/harness/plot.py [RESULTS_DIR [IMAGES_DIR]]
     # defaults: benchmarks/results and docs/img/benchmarks
 
-Reads every ``<name>.json`` that ``common.write_results`` wrote and writes
+Reads every ``<name>.json`` that ``harness.results.write_results`` wrote and writes
 ``<IMAGES_DIR>/<name>.png``: one horizontal bar per case (best of the timed runs),
 quixsinks' own cases in one colour, the floor (the Arrow transfer alone) in grey and
 peers (Spark's writers, Quix Streams, the destination's own tools) in another, with the
@@ -27,8 +27,9 @@ matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt
 from matplotlib.ticker import StrMethodFormatter
 
-RESULTS = Path(__file__).with_name("results")
-IMAGES = Path(__file__).parent.parent / "docs" / "img" / "benchmarks"
+BENCH_DIR = Path(__file__).resolve().parents[1]
+RESULTS = BENCH_DIR / "results"
+IMAGES = BENCH_DIR.parent / "docs" / "img" / "benchmarks"
 
 #: Case-name prefixes of quixsinks' own sinks; everything else but the floor is a peer.
 OURS = (
