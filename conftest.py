@@ -24,6 +24,40 @@ pytest_plugins = [
 ]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--durations-file",
+        metavar="PATH",
+        default=None,
+        help="write the duration of every test phase (setup, call, teardown) to PATH, "
+        "slowest first (CI keeps it: .ci/run)",
+    )
+
+
+class DurationsFile:
+    """Every test phase's duration, written slowest first to one file at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows: list[tuple[float, str, str]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # under pytest-xdist the controller receives every worker's reports here too
+        self.rows.append((report.duration, report.when, report.nodeid))
+
+    def pytest_sessionfinish(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open(self.path, "w", encoding="utf-8") as out:
+            for seconds, when, nodeid in sorted(self.rows, reverse=True):
+                out.write(f"{seconds:8.2f}s {when:<8} {nodeid}\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("durations_file")
+    if path and not hasattr(config, "workerinput"):  # not in an xdist worker: its controller
+        config.pluginmanager.register(DurationsFile(path), "quixsinks-durations-file")
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     import quixsinks
