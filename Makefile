@@ -6,6 +6,11 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# TEST_REPORTS=DIR: each pytest run of `make test` also writes DIR/junit-<run>.xml and
+# DIR/durations-<run>.txt (every test phase, slowest first); <run> is main or compat
+TEST_REPORTS ?=
+reports = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/junit-$(1).xml \
+	--durations-file=$(TEST_REPORTS)/durations-$(1).txt)
 
 .PHONY: install java services demo test test-compat test-unit test-integration bench chaos lint format docs clean
 
@@ -42,7 +47,7 @@ demo: install
 test: install services
 	@{ $(MAKE) --no-print-directory $(COMPAT_VENV)/.installed-stamp > .compat-venv.log 2>&1; \
 	   echo $$? > .compat-venv.rc; } & \
-	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; wait; \
+	$(PY) -m pytest $(PYTEST_ARGS) $(call reports,main); status=$$?; wait; \
 	if [ "$$(cat .compat-venv.rc)" != 0 ]; then cat .compat-venv.log; exit 1; fi; \
 	if [ $$status != 0 ]; then exit $$status; fi
 	$(MAKE) test-compat
@@ -57,7 +62,8 @@ COMPAT_TESTS := tests/unit tests/integration/test_file_sink.py tests/integration
 	tests/integration/test_postgresql.py tests/integration/test_type_fidelity.py
 test-compat: java services $(COMPAT_VENV)/.installed-stamp
 	$(COMPAT_VENV)/bin/python -c "import pyspark, pyarrow; print('compat:', 'pyspark', pyspark.__version__, 'pyarrow', pyarrow.__version__)"
-	QUIXSINKS_COMPAT=1 $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(PYTEST_ARGS)
+	QUIXSINKS_COMPAT=1 $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(PYTEST_ARGS) \
+	  $(call reports,compat)
 
 $(COMPAT_VENV)/.installed-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(COMPAT_VENV)

@@ -9,6 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Every JVM the suite starts (this session's Spark, the Spark jobs tests run as processes, the
+# standalone cluster, the Connect server) is short-lived or handles little data: the C1
+# compiler alone and the serial collector start one with about a third less CPU. A value
+# set by the caller wins.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # session-scoped test servers of the object stores (s3_server, azurite, gcs_server)
 pytest_plugins = [
@@ -22,6 +27,40 @@ pytest_plugins = [
     "tests.services.fixtures_mqtt",
     "tests.services.fixtures_iceberg",
 ]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--durations-file",
+        metavar="PATH",
+        default=None,
+        help="write the duration of every test phase (setup, call, teardown) to PATH, "
+        "slowest first (CI keeps it: .ci/run)",
+    )
+
+
+class DurationsFile:
+    """Every test phase's duration, written slowest first to one file at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows: list[tuple[float, str, str]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # under pytest-xdist the controller receives every worker's reports here too
+        self.rows.append((report.duration, report.when, report.nodeid))
+
+    def pytest_sessionfinish(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open(self.path, "w", encoding="utf-8") as out:
+            for seconds, when, nodeid in sorted(self.rows, reverse=True):
+                out.write(f"{seconds:8.2f}s {when:<8} {nodeid}\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("durations_file")
+    if path and not hasattr(config, "workerinput"):  # not in an xdist worker: its controller
+        config.pluginmanager.register(DurationsFile(path), "quixsinks-durations-file")
 
 
 @pytest.fixture(scope="session")

@@ -5,26 +5,26 @@ at random moments and starts it again from the same checkpoints.
 
     python kill_job.py IN OUT_DIR OUT_CSV CHECKPOINTS [--available-now]
 
-The `postgresql` query runs when QUIXSINKS_KILL_PG holds its options as JSON, and a
-second one (checkpoint `postgresql-prepared`) when QUIXSINKS_KILL_PG_PREPARED does. With
-QUIXSINKS_KILL_SINK_ID set, every query writes under that explicit sink id. With
-QUIXSINKS_KILL_ONLY_FILE holding JSON options, only the `file` query runs, with those
-options (an object-store path and its credentials). The `redis` query runs when
-QUIXSINKS_KILL_REDIS holds its options as JSON: two queries, `redis` (one hash per
-event, key event:{id}) and `redis-list` (every event appended to the list `events`).
-The `tsdatalake` query runs when QUIXSINKS_KILL_TSDATALAKE holds its options as JSON
-(table `events`, partitioned by year/month/day and key; registered in the catalog when the
-options name one). The `kinesis` query runs when
-QUIXSINKS_KILL_KINESIS holds its options as JSON.
-The `pubsub` query runs when QUIXSINKS_KILL_PUBSUB holds its options as JSON (one message
-per event; at-least-once).
-QUIXSINKS_KILL_KINESIS holds its options as JSON. The `iceberg` query runs when
-QUIXSINKS_KILL_ICEBERG holds its options as JSON.
-The `bigquery` query runs when QUIXSINKS_KILL_BIGQUERY holds its options as JSON.
-The `influxdb1` query runs when QUIXSINKS_KILL_INFLUXDB1 holds its options as JSON (one
-series per event: tag `id`).
-The `mqtt` query runs when QUIXSINKS_KILL_MQTT holds its options as JSON (one message per
-event; at-least-once, MQTT 5 dedupe ids when the options say version 5).
+Which queries run is set by environment variables, each holding the sink's options as JSON:
+
+  QUIXSINKS_KILL_PG           `postgresql` (staged)
+  QUIXSINKS_KILL_PG_PREPARED  `postgresql-prepared` (write_mode=prepared, two-phase commit)
+  QUIXSINKS_KILL_REDIS        `redis` (one hash per event, key event:{id}) and `redis-list`
+                              (every event appended to the list `events`)
+  QUIXSINKS_KILL_TSDATALAKE   `tsdatalake` (table `events`, partitioned by year/month/day and
+                              key; registered in the catalog when the options name one)
+  QUIXSINKS_KILL_KINESIS      `kinesis`
+  QUIXSINKS_KILL_PUBSUB       `pubsub` (one message per event; at-least-once)
+  QUIXSINKS_KILL_ICEBERG      `iceberg`
+  QUIXSINKS_KILL_BIGQUERY     `bigquery`
+  QUIXSINKS_KILL_INFLUXDB1    `influxdb1` (one series per event: tag `id`)
+  QUIXSINKS_KILL_MQTT         `mqtt` (one message per event; at-least-once, MQTT 5 dedupe
+                              ids when the options say version 5)
+  QUIXSINKS_KILL_ONLY_FILE    only `file` queries, one per options (a JSON list of them, or
+                              one), checkpoints `file-0`, `file-1`... (object-store paths)
+
+`file` and `csvfile` always run otherwise. With QUIXSINKS_KILL_SINK_ID set, every query
+writes under that explicit sink id.
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ def main() -> None:
     if os.environ.get("QUIXSINKS_KILL_MQTT"):
         sinks["mqtt"] = ("mqtt", json.loads(os.environ["QUIXSINKS_KILL_MQTT"]))
     if os.environ.get("QUIXSINKS_KILL_ONLY_FILE"):
-        sinks = {"file": ("file", json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"]))}
+        stores = json.loads(os.environ["QUIXSINKS_KILL_ONLY_FILE"])
+        stores = stores if isinstance(stores, list) else [stores]
+        sinks = {f"file-{i}": ("file", options) for i, options in enumerate(stores)}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")
     for name, (fmt, options) in sinks.items():
         if sink_id:
