@@ -158,7 +158,7 @@ def test_influxdb3_a_refused_certificate_on_a_write_is_not_retried(
 ) -> None:
     """The executors' error boundary: a write refused for its certificate (the preflight
     passed on another machine, say) fails at once instead of entering the retry loop."""
-    from quixsinks.sinks.influxdb3.sink import import_client, translate
+    from quixsinks.sinks.influxdb3.client import import_client, translate
 
     opts = influx_over_tls["options"]
     client = import_client().InfluxDBClient3(

@@ -36,7 +36,7 @@ def test_key_templates_parse_into_literals_and_columns() -> None:
     [
         ({"data_type": "zset"}, "score_column"),
         ({"score_column": "s"}, "zset only"),
-        ({"ttl_seconds": "5", "ttl_column": "t"}, "at most one"),
+        ({"ttl_seconds": "5", "ttl_column": "t"}, "exclude each other"),
         ({"hash_replace": "true"}, "hash only"),
         ({"data_type": "hash", "value_column": "v"}, "one field per value column"),
         ({"data_type": "stream", "value_column": "v"}, "one field per value column"),
