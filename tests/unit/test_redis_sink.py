@@ -99,7 +99,9 @@ def test_strings_without_a_ttl_go_as_one_mset_per_pipeline(
     clustered = RedisSink(options(cluster="true"))
     clustered.prepare(table.schema)
     assert clustered.records is not None
-    commands, _ = clustered.encoder.commands(SinkBatch(table, clustered.records, WriteContext("s", 0)))
+    commands, _ = clustered.encoder.commands(
+        SinkBatch(table, clustered.records, WriteContext("s", 0))
+    )
     assert not commands.mset
     assert commands.data[0].as_py().startswith(b"*3\r\n$3\r\nSET\r\n")
 
