@@ -87,7 +87,7 @@ class ImportFeed:
     def load(self, table: Any) -> None:
         """Line protocol of ``table`` (pyarrow), made once, outside every timed run."""
         from quixsinks.core.arrow import join_lines
-        from quixsinks.sinks.influxdb3.lineprotocol import LineProtocol, timestamps
+        from quixsinks.sinks.influxdb3.wire import LineProtocol, timestamps
 
         protocol = LineProtocol(MEASUREMENT, None, TAGS, FIELDS, precision=PRECISION)
         columns = {name: table.column(name).combine_chunks() for name in (*TAGS, *FIELDS)}

@@ -1,72 +1,30 @@
 """The `influxdb1` sink through Spark against Debian's InfluxDB 1.x with auth-enabled (see
 conftest: the front passes ``/write`` through and can inject faults); points read back
-with InfluxQL."""
+with InfluxQL. What both InfluxDB sinks share is in :mod:`.influx_points`."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import quixsinks
 from quixsinks.sinks.influxdb1 import InfluxDB1Sink
-from quixsinks.testing import faulty
 
-from .streams import run_available_now, write_input_files
+from . import influx_points
+from .influx_points import points, sent
 
-
-def write(df: Any, influx1: dict[str, Any], **options: str) -> None:
-    writer = df.write.format("influxdb1").mode("append")
-    for key, value in {**influx1["options"], **options}.items():
-        writer = writer.option(key, value)
-    writer.save()
-
-
-def points(influx1: dict[str, Any], influxql: str) -> list[dict[str, Any]]:
-    return list(influx1["server"].query(influx1["database"], influxql))
-
-
-def sent(influx1: dict[str, Any]) -> list[Any]:
-    """The write requests of this test's database, as the front saw them."""
-    return [r for r in influx1["server"].requests if r["database"] == influx1["database"]]
+write = functools.partial(influx_points.write, "influxdb1")
 
 
 @pytest.fixture
 def readings(spark: Any) -> Any:
-    return spark.sql(
-        """
-        SELECT concat('s', cast(id % 3 AS string)) AS sensor, 'eu west' AS site,
-               timestamp_millis(1714521600000 + id * 1000) AS timestamp,
-               id AS count, cast(id AS double) / 4 AS temp, id % 2 = 0 AS ok,
-               concat('say "', cast(id AS string), '"') AS note
-        FROM range(30)
-        """
-    )
+    return influx_points.readings(spark)
 
 
 def test_points_land_with_tags_fields_and_time(readings: Any, influx1: dict[str, Any]) -> None:
-    write(
-        readings,
-        influx1,
-        measurement="env",
-        tags_keys="sensor,site",
-        fields_keys="count,temp,ok,note",
-        time_precision="ms",
-    )
-    rows = points(influx1, "SELECT * FROM env WHERE count = 7")
-    assert len(rows) == 1
-    row = rows[0]
-    assert (row["sensor"], row["site"], row["count"], row["temp"], row["ok"], row["note"]) == (
-        "s1",
-        "eu west",
-        7,
-        1.75,
-        False,
-        'say "7"',
-    )
-    assert row["time"] == (1714521600000 + 7000) * 1_000_000
-    assert points(influx1, "SELECT count(temp) FROM env")[0]["count"] == 30
+    influx_points.check_points_land("influxdb1", readings, influx1)
     types = influx1["server"].field_types(influx1["database"], "env")
     assert types == {"count": "integer", "temp": "float", "ok": "boolean", "note": "string"}
 
@@ -75,15 +33,7 @@ def test_points_land_with_tags_fields_and_time(readings: Any, influx1: dict[str,
 def test_every_precision_writes_the_record_time(
     spark: Any, influx1: dict[str, Any], precision: str
 ) -> None:
-    df = spark.sql("SELECT timestamp_micros(1714521600123456) AS timestamp, 1 AS v")
-    write(df, influx1, measurement="p", time_precision=precision)
-    expected = {
-        "s": 1714521600_000000000,
-        "ms": 1714521600_123000000,
-        "us": 1714521600_123456000,
-        "ns": 1714521600_123456000,
-    }[precision]
-    assert points(influx1, "SELECT v FROM p")[0]["time"] == expected
+    influx_points.check_precision("influxdb1", spark, influx1, precision)
     assert sent(influx1)[-1]["params"]["precision"] == {"ns": "n", "us": "u"}.get(
         precision, precision
     )
@@ -92,56 +42,24 @@ def test_every_precision_writes_the_record_time(
 def test_a_replayed_micro_batch_leaves_no_duplicate_points(
     spark: Any, influx1: dict[str, Any], tmp_path: Path
 ) -> None:
-    quixsinks.register(spark, faulty(InfluxDB1Sink))
-    ids = write_input_files(tmp_path / "in", files=3, rows_per_file=20)
-    options = {
-        **influx1["options"],
-        "measurement": "orders",
-        "tags_keys": "key",
-        "fields_keys": "id,amount",
-        "fail_batch": "1",
-        "fail_phase": "commit-after",
-        "fail_marker": str(tmp_path / "fired"),
-    }
-    with pytest.raises(Exception, match="injected failure"):
-        run_available_now(spark, tmp_path / "in", "faulty_influxdb1", tmp_path / "ck", options)
-    run_available_now(spark, tmp_path / "in", "faulty_influxdb1", tmp_path / "ck", options)
-    rows = points(influx1, "SELECT id FROM orders")
-    assert sorted(r["id"] for r in rows) == ids
-    assert sum(r["lines"] for r in sent(influx1)) > len(ids)  # batch 1 was really sent twice
+    influx_points.check_replay(InfluxDB1Sink, spark, influx1, tmp_path)
 
 
 def test_429_with_retry_after_is_waited_out(readings: Any, influx1: dict[str, Any]) -> None:
     influx1["server"].faults.add(429, count=2, retry_after="1")
-    write(readings.coalesce(1), influx1, measurement="env", fields_keys="temp")
-    assert points(influx1, "SELECT count(temp) FROM env")[0]["count"] == 30
+    influx_points.check_retried("influxdb1", readings, influx1)
     assert sum(r["injected"] for r in sent(influx1)) == 2  # the start-up check's write too
 
 
 def test_503_is_retried_with_backoff(readings: Any, influx1: dict[str, Any]) -> None:
     influx1["server"].faults.add(503, count=1)
-    write(
-        readings.coalesce(1),
-        influx1,
-        measurement="env",
-        fields_keys="temp",
-        retry_backoff_seconds="0.1",
-    )
-    assert points(influx1, "SELECT count(temp) FROM env")[0]["count"] == 30
+    influx_points.check_retried("influxdb1", readings, influx1, retry_backoff_seconds="0.1")
 
 
 def test_backpressure_past_the_attempts_fails_with_the_history(
     readings: Any, influx1: dict[str, Any]
 ) -> None:
-    influx1["server"].faults.add(429, count=50, retry_after="0.2")
-    with pytest.raises(Exception, match="gave up after 2 attempt"):
-        write(
-            readings.coalesce(1),
-            influx1,
-            measurement="env",
-            fields_keys="temp",
-            retry_max_attempts="2",
-        )
+    influx_points.check_gives_up("influxdb1", readings, influx1, retry_after="0.2")
     assert points(influx1, "SELECT count(temp) FROM env") == []
 
 

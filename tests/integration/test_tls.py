@@ -158,7 +158,7 @@ def test_influxdb3_a_refused_certificate_on_a_write_is_not_retried(
 ) -> None:
     """The executors' error boundary: a write refused for its certificate (the preflight
     passed on another machine, say) fails at once instead of entering the retry loop."""
-    from quixsinks.sinks.influxdb3.sink import import_client, translate
+    from quixsinks.sinks.influxdb3.client import import_client, translate
 
     opts = influx_over_tls["options"]
     client = import_client().InfluxDBClient3(
@@ -442,12 +442,12 @@ def test_redis_a_refused_certificate_is_not_retried_by_the_tasks(
 ) -> None:
     """The tasks' error boundary (the preflight passed elsewhere, say): a certificate that
     does not verify is a DestinationError, never a RetryableError for the retry loop."""
-    from quixsinks.sinks.redis import RedisSink
+    from quixsinks.sinks.redis.client import RedisClient
     from quixsinks.sinks.redis.options import RedisOptions
 
-    sink = RedisSink(RedisOptions.from_options(redis_over_tls["options"]))
+    client = RedisClient(RedisOptions.from_options(redis_over_tls["options"]))
     with pytest.raises(DestinationError, match=CERTIFICATE_REFUSED) as raised:
-        sink._call(lambda conn: conn.send_command("PING"))
+        client.on_connection(lambda conn: conn.send_command("PING"))
     assert not isinstance(raised.value, RetryableError)
 
 

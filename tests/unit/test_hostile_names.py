@@ -378,7 +378,7 @@ def redis_keys(template: str, columns: dict[str, list[Any]]) -> list[bytes]:
     sink.prepare(table.schema)
     assert sink.records is not None
     batch = SinkBatch(table, sink.records, WriteContext("s", 0))
-    _, keys, _ = sink._keyed(batch)
+    _, keys, _ = sink.encoder.keyed(batch)
     return keys.to_pylist()  # type: ignore[no-any-return]
 
 

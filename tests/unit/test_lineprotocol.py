@@ -10,7 +10,7 @@ import pytest
 
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.sinks.influxdb3 import InfluxDB3Options, LineProtocol
-from quixsinks.sinks.influxdb3.lineprotocol import timestamps
+from quixsinks.sinks.influxdb3.wire import timestamps
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
 

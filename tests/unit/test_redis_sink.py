@@ -14,7 +14,8 @@ from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.sink import Task
 from quixsinks.sinks.redis import RedisOptions, RedisSink
-from quixsinks.sinks.redis import sink as redis_sink
+from quixsinks.sinks.redis import client as redis_client
+from quixsinks.sinks.redis import wire as redis_wire
 from quixsinks.sinks.redis.ledger import StagedHash, staged_totals
 from quixsinks.sinks.redis.options import template_fields
 
@@ -36,7 +37,7 @@ def test_key_templates_parse_into_literals_and_columns() -> None:
     [
         ({"data_type": "zset"}, "score_column"),
         ({"score_column": "s"}, "zset only"),
-        ({"ttl_seconds": "5", "ttl_column": "t"}, "at most one"),
+        ({"ttl_seconds": "5", "ttl_column": "t"}, "exclude each other"),
         ({"hash_replace": "true"}, "hash only"),
         ({"data_type": "hash", "value_column": "v"}, "one field per value column"),
         ({"data_type": "stream", "value_column": "v"}, "one field per value column"),
@@ -64,7 +65,7 @@ def test_string_commands_are_exact_resp() -> None:
     table = pa.table({"key": ["a", "bé"], "v": [1, None]})
     sink.prepare(table.schema)
     assert sink.records is not None
-    commands, skipped = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    commands, skipped = sink.encoder.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
     assert skipped == 0
     assert commands.data.to_pylist() == [
         b'*5\r\n$3\r\nSET\r\n$3\r\np:a\r\n$7\r\n{"v":1}\r\n$2\r\nEX\r\n$1\r\n9\r\n',
@@ -79,26 +80,28 @@ def test_strings_without_a_ttl_go_as_one_mset_per_pipeline(
     table = pa.table({"key": ["a", "bé", "c"], "v": [1, None, 3]})
     sink.prepare(table.schema)
     assert sink.records is not None
-    commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    commands, _ = sink.encoder.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
     assert commands.mset
-    windows = redis_sink._windows(commands.data, commands.counts, 2, mset=True)
+    windows = redis_wire.windows(commands.data, commands.counts, 2, mset=True)
     assert [(w.replies, w.row0, w.mset) for w in windows] == [(1, 0, True), (1, 2, True)]
     assert windows[0].head + windows[0].body.to_pybytes() == (
         b'*5\r\n$4\r\nMSET\r\n$3\r\np:a\r\n$7\r\n{"v":1}\r\n'
         b'$5\r\np:b\xc3\xa9\r\n$10\r\n{"v":null}\r\n'
     )
     # an MSET stays under MSET_MAX_BYTES of arguments; a larger row goes alone
-    monkeypatch.setattr(redis_sink, "MSET_MAX_BYTES", 40)
-    windows = redis_sink._windows(commands.data, commands.counts, 1000, mset=True)
+    monkeypatch.setattr(redis_wire, "MSET_MAX_BYTES", 40)
+    windows = redis_wire.windows(commands.data, commands.counts, 1000, mset=True)
     assert [(w.row0, len(w.counts)) for w in windows] == [(0, 1), (1, 1), (2, 1)]
-    monkeypatch.setattr(redis_sink, "MSET_MAX_BYTES", 60)
-    windows = redis_sink._windows(commands.data, commands.counts, 1000, mset=True)
+    monkeypatch.setattr(redis_wire, "MSET_MAX_BYTES", 60)
+    windows = redis_wire.windows(commands.data, commands.counts, 1000, mset=True)
     assert [(w.row0, len(w.counts)) for w in windows] == [(0, 2), (2, 1)]
     # in a cluster the keys of one MSET would span slots: one SET per row
     clustered = RedisSink(options(cluster="true"))
     clustered.prepare(table.schema)
     assert clustered.records is not None
-    commands, _ = clustered.commands(SinkBatch(table, clustered.records, WriteContext("s", 0)))
+    commands, _ = clustered.encoder.commands(
+        SinkBatch(table, clustered.records, WriteContext("s", 0))
+    )
     assert not commands.mset
     assert commands.data[0].as_py().startswith(b"*3\r\n$3\r\nSET\r\n")
 
@@ -108,7 +111,7 @@ def test_hash_rows_leave_null_fields_out() -> None:
     table = pa.table({"key": ["a", "b", "c"], "x": [1, None, None], "y": ["q", "r", None]})
     sink.prepare(table.schema)
     assert sink.records is not None
-    commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    commands, _ = sink.encoder.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
     assert commands.counts.to_pylist() == [1, 1, 0]  # row c has no field: no command
     assert commands.data[1].as_py() == b"*4\r\n$4\r\nHSET\r\n$1\r\nb\r\n$1\r\ny\r\n$1\r\nr\r\n"
 
@@ -122,7 +125,7 @@ def test_staged_stream_entries_are_numbered_without_gaps_across_a_tasks_batches(
     seqs = []
     for _ in range(2):  # two SinkBatches of one task share its staging hash
         batch = SinkBatch(table, sink.records, WriteContext("s", 0), task=task)
-        commands, _ = sink.staged_commands(batch, "stage")
+        commands, _ = sink.encoder.staged_commands(batch, "stage")
         assert commands.counts.to_pylist() == [1, 0, 1, 1]  # row b has no field: no HSET
         seqs += [row.split(b"\r\n")[6] for row in commands.data.to_pylist() if row]
     assert seqs == [b"0", b"1", b"2", b"3", b"4", b"5"]  # the commit expects fields 0..n-1
@@ -136,13 +139,13 @@ def test_the_commit_expects_each_staging_hash_once_with_its_writes_summed() -> N
 
 
 def test_a_value_over_512_mb_is_a_record_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_sink, "MAX_VALUE_BYTES", 4)
+    monkeypatch.setattr(redis_wire, "MAX_VALUE_BYTES", 4)
     sink = RedisSink(options(value_column="v"))
     table = pa.table({"key": ["a", "b"], "v": ["abc", "abcdef"]})
     sink.prepare(table.schema)
     assert sink.records is not None
     with pytest.raises(RecordError, match="row 1 is 6 bytes"):
-        sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+        sink.encoder.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
 
 
 def joined_key(key: object, value: dict[str, object]) -> str:
@@ -154,7 +157,7 @@ def test_key_serializer_gets_the_key_and_the_value_like_quix() -> None:
     table = pa.table({"key": ["a"], "v": [7]})
     sink.prepare(table.schema)
     assert sink.records is not None
-    commands, _ = sink.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
+    commands, _ = sink.encoder.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
     assert commands.keys.to_pylist() == [b"a/7"]
 
 
@@ -198,7 +201,7 @@ def test_replies_are_counted_or_parsed_alike_however_they_arrive(
     """Counting one-line replies in the received bytes finds the same errors, at the same
     (pipeline, reply) places, as parsing every reply, wherever the chunks are cut."""
     windows = [
-        redis_sink.Window(pa.py_buffer(b"x"), len(kinds[i : i + per_window]), i, pa.array([1]))
+        redis_wire.Window(pa.py_buffer(b"x"), len(kinds[i : i + per_window]), i, pa.array([1]))
         for i in range(0, len(kinds), per_window)
     ]
     replies = [
@@ -206,7 +209,7 @@ def test_replies_are_counted_or_parsed_alike_however_they_arrive(
         for i in range(0, len(kinds), per_window)
     ]
     sock = _ScriptedSocket(replies, cuts)
-    errors = redis_sink._exchange(windows, _Conn(sock), simple=simple)
+    errors = redis_client.exchange(windows, _Conn(sock), simple=simple)
     expected = [
         (i // per_window, i % per_window, "WRONGTYPE bad")
         for i, k in enumerate(kinds)

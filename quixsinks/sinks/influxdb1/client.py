@@ -34,12 +34,11 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from quixsinks.core.clients import connect_timeout
+from quixsinks.core.clients import ClientCache, client_key, connect_timeout
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
     DestinationNotFoundError,
-    MissingDependencyError,
     QuixSinksError,
     RecordError,
     RetryableError,
@@ -47,21 +46,23 @@ from quixsinks.core.errors import (
     timed_out,
 )
 from quixsinks.core.tls import certificate_error, certificate_failure, ssl_context
+from quixsinks.core.vendors.http import import_client, retry_after_seconds
 
 from .options import InfluxDB1Options
 
-__all__ = ["Answer", "InfluxDB1Client", "import_urllib3", "translate"]
+__all__ = ["Answer", "InfluxDB1Client", "client", "import_urllib3", "translate"]
 
 #: line protocol, as the 1.x server expects it
 CONTENT_TYPE = "text/plain; charset=utf-8"
 
 
 def import_urllib3() -> Any:
-    try:
-        import urllib3
-    except ImportError as exc:
-        raise MissingDependencyError("urllib3", "influxdb1") from exc
-    return urllib3
+    """urllib3; MissingDependencyError naming the extra if absent."""
+    return import_client("urllib3", package="urllib3", extra="influxdb1")
+
+
+# Clients per process (Python workers are reused between tasks), closed at exit
+_CLIENTS: ClientCache[InfluxDB1Client] = ClientCache("influxdb1 clients", lambda c: c.close())
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ class Answer:
     version: str | None = None
 
 
+def client(options: InfluxDB1Options) -> InfluxDB1Client:
+    """The process's client for these options (made on first use)."""
+    return _CLIENTS.get(client_key(options), lambda: InfluxDB1Client(options))
+
+
 class InfluxDB1Client:
     """One connection pool to one server with the sink's credentials and TLS settings."""
 
@@ -81,6 +87,7 @@ class InfluxDB1Client:
         urllib3 = import_urllib3()
         self.options = options
         self.url = options.url
+        self.where = f"{options.url} database {options.database}"
         seconds = options.request_timeout_ms / 1000
         self.timeout = urllib3.Timeout(connect=connect_timeout(seconds), read=seconds)
         tls: dict[str, Any] = {}
@@ -108,13 +115,19 @@ class InfluxDB1Client:
         """``GET /ping``: the server answers 204 with its version, no credentials needed."""
         return self._request("GET", "/ping", {}, None, {})
 
-    def write(self, body: bytes, *, gzip: bool = False) -> Answer:
-        """``POST /write`` of line protocol (gzip-compressed when ``gzip``)."""
+    def post(self, body: bytes, *, gzip: bool = False) -> Answer:
+        """``POST /write`` of line protocol (gzip-compressed when ``gzip``): the answer."""
         headers = {"Content-Type": CONTENT_TYPE}
         if gzip:
             headers["Content-Encoding"] = "gzip"
         parameters = {**self.options.write_parameters(), **self._credentials}
         return self._request("POST", "/write", parameters, body, headers)
+
+    def write(self, body: bytes, *, gzip: bool = False) -> None:
+        """:meth:`post`, with any answer but 2xx raised as :func:`translate` maps it."""
+        error = translate(self.post(body, gzip=gzip), self.where)
+        if error is not None:
+            raise error
 
     def _request(
         self,
@@ -124,18 +137,25 @@ class InfluxDB1Client:
         body: bytes | None,
         headers: dict[str, str],
     ) -> Answer:
+        """One request; a network failure (no answer) is raised as :func:`translate` maps it."""
         url = self.url + path
         if parameters:
             url += "?" + urllib.parse.urlencode(parameters)
-        response = self._pool.request(
-            method,
-            url,
-            body=body,
-            headers={**self._headers, **headers},
-            timeout=self.timeout,
-            redirect=False,
-            preload_content=True,
-        )
+        try:
+            response = self._pool.request(
+                method,
+                url,
+                body=body,
+                headers={**self._headers, **headers},
+                timeout=self.timeout,
+                redirect=False,
+                preload_content=True,
+            )
+        except Exception as exc:
+            error = translate(exc, self.where, timeout_ms=self.options.request_timeout_ms)
+            if error is None:
+                raise
+            raise error from None
         return Answer(
             status=response.status,
             error=_error_text(response.data) if response.status >= 300 else "",
@@ -161,21 +181,25 @@ def _error_text(data: bytes) -> str:
     return text[:2000]
 
 
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value not in (None, "") else None
-    except (TypeError, ValueError):
-        return None  # an HTTP date: use our own backoff
+def translate(
+    failure: Answer | Exception, where: str, *, timeout_ms: int = 0
+) -> QuixSinksError | None:
+    """The quixsinks error for an answer of ``/write`` (None when it was written), or for a
+    request that got no answer (urllib3 or socket failures; None for an exception that is
+    not a network failure: a bug, re-raised as it is). ``timeout_ms``: the
+    ``request_timeout_ms`` a timeout names."""
+    if isinstance(failure, Answer):
+        return _answer_error(failure, where)
+    return _network_error(failure, where, timeout_ms)
 
 
-def translate(answer: Answer, where: str) -> QuixSinksError | None:
-    """The quixsinks error for an answer of ``/write``; None when it was written."""
+def _answer_error(answer: Answer, where: str) -> QuixSinksError | None:
     status, message = answer.status, answer.error
     if 200 <= status < 300:
         return None
     text = f"{where}: HTTP {status}: {message}" if message else f"{where}: HTTP {status}"
     if status in (429, 503):
-        retry_after = _retry_after(answer.retry_after)
+        retry_after = retry_after_seconds(answer.retry_after)
         if retry_after is not None:
             return SinkBackpressureError(retry_after, text)
         return RetryableError(text)
@@ -209,9 +233,7 @@ def translate(answer: Answer, where: str) -> QuixSinksError | None:
     return DestinationError(text, location=where)
 
 
-def translate_failure(exc: Exception, where: str, timeout_ms: int) -> QuixSinksError | None:
-    """The quixsinks error for a request that got no answer (urllib3 or socket failures);
-    None for an exception that is not a network failure (a bug: re-raised as it is)."""
+def _network_error(exc: Exception, where: str, timeout_ms: int) -> QuixSinksError | None:
     refused = certificate_failure(exc)
     if refused is not None:
         return certificate_error(

@@ -27,7 +27,7 @@ class InfluxDB1Options(PointOptions):
         doc="Server host name or address, as in Quix (an http:// or https:// URL is accepted "
         "too: its scheme sets ssl, its port overrides port)"
     )
-    port: int = option(8086, minimum=1, doc="Server port")
+    port: int = option(8086, minimum=1, maximum=65535, doc="Server port")
     database: str = option(doc="Database to write to (it must exist)")
     username: str | None = option(None, doc="User name (the server's auth-enabled setting)")
     password: str | None = option(None, secret=True, doc="Password of username")

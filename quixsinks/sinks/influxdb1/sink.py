@@ -1,9 +1,10 @@
 """The InfluxDB 1.x sink: the shared rows-to-points model, gzip, ``/write`` per request.
 
 Driver: ``prepare`` resolves the DataFrame's columns into a LineProtocol (shared with
-``influxdb3``: :mod:`quixsinks.sinks.influxdb3.points`); ``preflight`` pings the server and
-writes an empty body to ``/write``, which checks the credentials, the write privilege, the
-database and the retention policy before any task runs (nothing is stored).
+``influxdb3``: :mod:`quixsinks.sinks.influxdb3.points` and :mod:`~quixsinks.sinks.influxdb3.wire`);
+``preflight`` pings the server and writes an empty body to ``/write``, which checks the
+credentials, the write privilege, the database and the retention policy before any task
+runs (nothing is stored).
 
 Executor: each SinkBatch becomes line protocol in Arrow, cut into requests of
 ``batch_size`` lines, each sent under the task's RetryPolicy through a per-process urllib3
@@ -16,19 +17,18 @@ micro-batch overwrites the same points with the same values (effectively exactly
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
-from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.errors import DestinationError, RetryableError
-from quixsinks.sinks.influxdb3.points import PointsSink, gzip_body
+from quixsinks.sinks.influxdb3.points import PointsSink
+from quixsinks.sinks.influxdb3.wire import gzip_body
 
-from .client import Answer, InfluxDB1Client, import_urllib3, translate, translate_failure
+from .client import client, import_urllib3, translate
 from .options import InfluxDB1Options
 
 __all__ = ["InfluxDB1Sink"]
 
-# Clients per process (Python workers are reused between tasks), closed at exit
-_CLIENTS: ClientCache[InfluxDB1Client] = ClientCache("influxdb1 clients", lambda c: c.close())
+T = TypeVar("T")
 
 
 class InfluxDB1Sink(PointsSink[InfluxDB1Options]):
@@ -45,19 +45,14 @@ class InfluxDB1Sink(PointsSink[InfluxDB1Options]):
     def __repr__(self) -> str:
         return f"InfluxDB1Sink(url={self.options.url!r}, database={self.options.database!r})"
 
-    @property
-    def where(self) -> str:
-        """The server and database, for messages (no secret)."""
-        return f"{self.options.url} database {self.options.database}"
-
     # ------------------------------------------------------------------ driver
 
     def preflight(self) -> None:
         """Ping the server, then write an empty body: unreachable, an untrusted certificate,
         refused credentials, a missing database or retention policy fail here. A busy
         server's 429/503 is retried under the retry_* options, as a write would be."""
-        client = self._client()
-        ping = self._reach(client.ping)
+        server = client(self.options)
+        ping = _reach(server.ping, self.options.url)
         if ping.status != 204:
             raise DestinationError(
                 f"{self.options.url}: /ping answered HTTP {ping.status} {ping.error}; is this "
@@ -66,40 +61,23 @@ class InfluxDB1Sink(PointsSink[InfluxDB1Options]):
             )
 
         def empty_write() -> None:
-            error = translate(self._reach(lambda: client.write(b"")), self.where)
+            error = translate(_reach(lambda: server.post(b""), self.options.url), server.where)
             if error is not None:
                 raise error
 
         self.options.retry_policy().call(empty_write, what=f"{self.name} start-up check")
 
-    def _reach(self, request: Callable[[], Answer]) -> Answer:
-        """A start-up request: a server that cannot be reached fails at once (no retry)."""
-        try:
-            return self._call(request)
-        except RetryableError as exc:
-            raise DestinationError(exc.message, location=self.options.url) from None
-
     # ------------------------------------------------------------------ executor
-
-    def _client(self) -> InfluxDB1Client:
-        return _CLIENTS.get(client_key(self.options), lambda: InfluxDB1Client(self.options))
-
-    def _call(self, request: Callable[[], Answer]) -> Answer:
-        """Run one request; a network failure becomes a quixsinks error."""
-        try:
-            return request()
-        except Exception as exc:
-            error = translate_failure(exc, self.where, self.options.request_timeout_ms)
-            if error is None:
-                raise
-            raise error from None
 
     def _send(self, body: bytes) -> bool:
         gzip = self.options.enable_gzip
-        if gzip:
-            body = gzip_body(body)
-        client = self._client()
-        error = translate(self._call(lambda: client.write(body, gzip=gzip)), self.where)
-        if error is not None:
-            raise error
+        client(self.options).write(gzip_body(body) if gzip else body, gzip=gzip)
         return True
+
+
+def _reach(request: Callable[[], T], url: str) -> T:
+    """A start-up request: a server that cannot be reached fails at once (no retry)."""
+    try:
+        return request()
+    except RetryableError as exc:
+        raise DestinationError(exc.message, location=url) from None

@@ -36,7 +36,6 @@ from quixsinks.core.clients import connect_timeout
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
-    MissingDependencyError,
     QuixSinksError,
     RecordError,
     RetryableError,
@@ -44,6 +43,7 @@ from quixsinks.core.errors import (
 )
 from quixsinks.core.secrets import scrub
 from quixsinks.core.tls import certificate_error, certificate_failure
+from quixsinks.core.vendors.http import import_client as import_vendor_client
 
 from .options import MQTTOptions
 from .wire import Messages
@@ -64,15 +64,8 @@ _READ_BYTES = 1 << 18
 def import_client() -> Any:
     """paho-mqtt's client module; MissingDependencyError naming the extra if it (or numpy,
     which builds the packets) is missing."""
-    try:
-        import numpy  # noqa: F401
-    except ImportError as exc:
-        raise MissingDependencyError("numpy", "mqtt") from exc
-    try:
-        import paho.mqtt.client as paho
-    except ImportError as exc:
-        raise MissingDependencyError("paho-mqtt", "mqtt") from exc
-    return paho
+    import_vendor_client("numpy", package="numpy", extra="mqtt")
+    return import_vendor_client("paho.mqtt.client", package="paho-mqtt", extra="mqtt")
 
 
 def where(opts: MQTTOptions) -> str:

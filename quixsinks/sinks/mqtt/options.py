@@ -74,7 +74,9 @@ class MQTTOptions(CommonOptions):
         "so that two tasks never share one (the broker would disconnect the first)"
     )
     server: str = option(doc="MQTT broker host name or address")
-    port: int = option(minimum=1, doc="MQTT broker port (1883 plain, 8883 TLS by convention)")
+    port: int = option(
+        minimum=1, maximum=65535, doc="MQTT broker port (1883 plain, 8883 TLS by convention)"
+    )
     topic_root: str = option(
         doc="Topic root: each record goes to <topic_root>/<key> (no key column: topic_root)"
     )
@@ -96,6 +98,7 @@ class MQTTOptions(CommonOptions):
     qos: int = option(
         1,
         minimum=0,
+        maximum=2,
         doc="Quality of service: 0 at-most-once, 1 and 2 at-least-once (Quix has 0 and 1)",
     )
     retain: str = option(
@@ -134,6 +137,7 @@ class MQTTOptions(CommonOptions):
     max_inflight: int = option(
         1000,
         minimum=1,
+        maximum=65535,
         doc="Messages a task publishes before it waits for their acknowledgements (one "
         "window; at most 65535, and with MQTT 5 at most the broker's receive maximum)",
     )
@@ -161,34 +165,12 @@ class MQTTOptions(CommonOptions):
                 option="server",
                 value=self.server,
             )
-        if self.port > 65535:
-            raise OptionError(
-                f"mqtt: 'port' is {self.port}; a TCP port is 1..65535",
-                option="port",
-                value=self.port,
-                allowed="1..65535",
-            )
         problem = topic_problem(self.topic_root)
         if problem:
             raise OptionError(
                 f"mqtt: 'topic_root' {self.topic_root!r} is not a topic name: {problem}",
                 option="topic_root",
                 value=self.topic_root,
-            )
-        if self.qos > 2:
-            raise OptionError(
-                f"mqtt: 'qos' is {self.qos}; MQTT has 0, 1 and 2",
-                option="qos",
-                value=self.qos,
-                allowed=("0", "1", "2"),
-            )
-        if self.max_inflight > 65535:
-            raise OptionError(
-                f"mqtt: 'max_inflight' is {self.max_inflight}; MQTT packet ids allow at most "
-                "65535 messages in flight",
-                option="max_inflight",
-                value=self.max_inflight,
-                allowed="1..65535",
             )
         if self.version != "5" and self.properties:
             raise OptionError(

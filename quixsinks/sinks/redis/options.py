@@ -74,7 +74,7 @@ class RedisOptions(LedgerOptions):
     sink_name: ClassVar[str] = "redis"
 
     host: str = option("localhost", doc="Server host name (or give 'url')")
-    port: int = option(6379, minimum=1, doc="Server port")
+    port: int = option(6379, minimum=1, maximum=65535, doc="Server port")
     db: int = option(0, minimum=0, doc="Database number")
     username: str | None = option(None, doc="ACL user name (Redis 6+); default: the default user")
     password: str | None = option(
@@ -83,6 +83,7 @@ class RedisOptions(LedgerOptions):
     url: str | None = option(
         None,
         secret=True,
+        pattern="redis://.*|rediss://.*|unix://.*",
         doc="redis:// or rediss:// URL instead of host, port, db, username and password",
     )
     socket_timeout: float = option(
@@ -114,6 +115,7 @@ class RedisOptions(LedgerOptions):
     key_prefix: str = option("", doc="Text put before every key")
     value_column: str | None = option(
         None,
+        one_of="value",
         doc="Write this one column as the value as is (text and bytes unchanged, numbers as "
         "text, other types as JSON); default: a JSON object of the value columns",
     )
@@ -124,6 +126,7 @@ class RedisOptions(LedgerOptions):
     )
     value_serializer: str | None = option(
         None,
+        one_of="value",
         doc="Import path (module:function) called per row on the value dict; returns str or "
         "bytes (Quix's json.dumps is the default, built vectorised)",
     )
@@ -134,10 +137,12 @@ class RedisOptions(LedgerOptions):
     )
     score_column: str | None = option(None, doc="zset: the numeric column holding the score")
     ttl_seconds: int | None = option(
-        None, minimum=1, doc="Expire every written key after this many seconds"
+        None, minimum=1, one_of="ttl", doc="Expire every written key after this many seconds"
     )
     ttl_column: str | None = option(
-        None, doc="Integer column: seconds until the row's key expires (null: no expiry)"
+        None,
+        one_of="ttl",
+        doc="Integer column: seconds until the row's key expires (null: no expiry)",
     )
     null_keys: Literal["error", "skip"] = option(
         "error", doc="A row whose key is null: fail naming the row, or skip it and count it"
@@ -176,11 +181,6 @@ class RedisOptions(LedgerOptions):
             )
         if self.key_template is not None:
             template_separators(self.key_template)
-        if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise OptionError(
-                "redis: 'url' must start with redis://, rediss:// or unix://",
-                option="url",
-            )
         if self.data_type == "zset" and self.score_column is None:
             raise OptionError(
                 "redis: data_type=zset needs 'score_column' (the column holding each score)",
@@ -191,10 +191,6 @@ class RedisOptions(LedgerOptions):
                 f"redis: 'score_column' applies to data_type=zset only, not {self.data_type}",
                 option="score_column",
                 value=self.score_column,
-            )
-        if self.ttl_seconds is not None and self.ttl_column is not None:
-            raise OptionError(
-                "redis: give at most one of 'ttl_seconds' and 'ttl_column'", option="ttl_column"
             )
         if self.data_type in APPENDING and (self.ttl_seconds or self.ttl_column):
             raise OptionError(
@@ -223,11 +219,6 @@ class RedisOptions(LedgerOptions):
                 "'value_column' and "
                 "'value_serializer' do not apply (choose the fields with value_columns)",
                 option="value_column" if self.value_column else "value_serializer",
-            )
-        if self.value_column is not None and self.value_serializer is not None:
-            raise OptionError(
-                "redis: give at most one of 'value_column' and 'value_serializer'",
-                option="value_serializer",
             )
         for name in ("key_serializer", "value_serializer"):
             check_import_path(getattr(self, name), option_name=name)

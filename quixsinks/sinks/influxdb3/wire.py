@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,7 +35,7 @@ import pyarrow.compute as pc
 from quixsinks.core.arrow import first_null, first_true
 from quixsinks.core.errors import OptionError, RecordError
 
-__all__ = ["LineProtocol", "Precision", "escape", "field_pieces", "timestamps"]
+__all__ = ["LineProtocol", "Precision", "escape", "field_pieces", "gzip_body", "timestamps"]
 
 Precision = Literal["ns", "us", "ms", "s"]
 #: digits of a current epoch time per precision (Quix validates integer times so)
@@ -378,3 +379,10 @@ def check_names(tags: Sequence[str], fields: Sequence[str]) -> None:
             option="tags_keys",
             value=",".join(overlap),
         )
+
+
+def gzip_body(body: bytes) -> bytes:
+    """``body`` as a gzip stream at level 1: about 9x faster than level 9 (influxdb3-python's),
+    for a slightly larger body."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    return compressor.compress(body) + compressor.flush()
