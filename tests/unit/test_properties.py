@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from quixsinks.core import arrow
@@ -174,6 +174,7 @@ def writable(text: str) -> bool:
 def test_line_protocol_text_round_trips_or_is_refused(
     measurement: str, tag: str, field_key: str, value: str
 ) -> None:
+    assume(field_key not in ("m", "t", "n"))  # a field named like another column is another case
     protocol = LineProtocol(
         measurement=None, measurement_column="m", tags=("t",), fields=(field_key, "n")
     )
