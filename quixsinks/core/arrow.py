@@ -8,12 +8,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .errors import RecordError
+
 __all__ = [
     "as_binary",
     "concat_rows",
     "first_null",
     "first_true",
     "join_lines",
+    "returned_bytes",
     "uint16_be",
     "varints",
 ]
@@ -194,3 +197,24 @@ def uint16_be(values: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(
         pa.binary(), len(x), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
     )
+
+
+def returned_bytes(
+    values: Sequence[Any], *, sink: str, option: str, first_row: int = 0, nulls: bool = False
+) -> pa.Array:
+    """What a user's callable (``value_serializer``, ``key_serializer``...) returned for each
+    row, as a binary array: str is UTF-8 encoded, bytes kept, None kept where ``nulls``;
+    anything else is a RecordError naming the option, the type and the row."""
+    out: list[bytes | None] = []
+    for i, value in enumerate(values):
+        if isinstance(value, bytes) or (value is None and nulls):
+            out.append(value)
+        elif isinstance(value, str):
+            out.append(value.encode())
+        else:
+            raise RecordError(
+                f"{sink}: {option!r} returned {type(value).__name__} for row {first_row + i}; "
+                "it must return str or bytes",
+                row=first_row + i,
+            )
+    return pa.array(out, pa.binary())

@@ -27,7 +27,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true
+from quixsinks.core.arrow import (
+    first_null,
+    first_true,
+    returned_bytes,
+)
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
@@ -265,7 +269,9 @@ def _data(batch: SinkBatch, options: KinesisOptions) -> pa.Array:
         return pc.cast(pc.cast(column, pa.large_binary()), pa.binary())
     if options.value_serializer is not None:
         fn = load_callable(options.value_serializer, option_name="value_serializer")
-        return _as_bytes([fn(v) for v in batch.values().to_pylist()], "value_serializer")
+        return returned_bytes(
+            [fn(v) for v in batch.values().to_pylist()], sink="kinesis", option="value_serializer"
+        )
     values = batch.values()
     if values.num_columns == 0:
         return pa.array([b"{}"] * batch.num_rows, pa.binary())
@@ -300,20 +306,6 @@ def _with_field(data: pa.Array, ids: pa.Array, name: str) -> pa.Array:
     empty = pc.equal(rest, pa.scalar(b"}", pa.binary()))
     tail = pc.if_else(empty, rest, pc.binary_join_element_wise(b",", rest, b""))
     return pc.binary_join_element_wise(head, pc.cast(ids, pa.binary()), b'"', tail, b"")
-
-
-def _as_bytes(values: list[Any], option: str) -> pa.Array:
-    out: list[bytes] = []
-    for value in values:
-        if isinstance(value, bytes):
-            out.append(value)
-        elif isinstance(value, str):
-            out.append(value.encode())
-        else:
-            raise RecordError(
-                f"kinesis: {option!r} returned {type(value).__name__}; it must return str or bytes"
-            )
-    return pa.array(out, pa.binary())
 
 
 def layers(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true, varints
+from quixsinks.core.arrow import (
+    as_binary,
+    concat_rows,
+    first_null,
+    first_true,
+    returned_bytes,
+    varints,
+)
 from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
 from quixsinks.core.formats import csv_keys, json_objects
@@ -283,10 +290,12 @@ class Encoder:
         values = batch.values()
         if opts.value_serializer is not None:
             fn = load_callable(opts.value_serializer, option_name="value_serializer")
-            out: list[bytes] = []
-            for i, value in enumerate(values.to_pylist()):
-                out.append(_as_bytes(fn(value), "value_serializer", row0 + i))
-            column = pa.array(out, pa.binary())
+            column = returned_bytes(
+                [fn(value) for value in values.to_pylist()],
+                sink="pubsub",
+                option="value_serializer",
+                first_row=row0,
+            )
             _check_sizes(pc.binary_length(column), row0)
             return column
         text = json_objects(values)
@@ -489,18 +498,6 @@ def _attribute_text(value: Any, name: Any, row: int) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _as_bytes(value: Any, option: str, row: int) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    raise RecordError(
-        f"pubsub: {option!r} returned {type(value).__name__} for row {row}; it must return "
-        "str or bytes",
-        row=row,
-    )
 
 
 def _str(value: Any, option: str, row: int) -> str:

@@ -14,12 +14,19 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import as_binary, concat_rows, first_null, first_true, join_lines
+from quixsinks.core.arrow import (
+    as_binary,
+    concat_rows,
+    first_null,
+    first_true,
+    join_lines,
+    returned_bytes,
+)
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import RecordError
 from quixsinks.core.formats import json_column, json_object_pieces, json_objects
@@ -181,8 +188,11 @@ class RespEncoder:
                 fn = load_callable(opts.key_serializer, option_name="key_serializer")
                 raw = batch.column(self.records.key).to_pylist()
                 rows = self._value_table(batch).to_pylist()
-                keys = _python_texts(
-                    [fn(k, v) for k, v in zip(raw, rows, strict=True)], "key_serializer"
+                keys = returned_bytes(
+                    [fn(k, v) for k, v in zip(raw, rows, strict=True)],
+                    sink="redis",
+                    option="key_serializer",
+                    nulls=True,
                 )
             else:
                 keys = as_text(batch.column(self.records.key), self.records.key)
@@ -286,7 +296,12 @@ class RespEncoder:
         table = self._value_table(batch)
         if opts.value_serializer is not None:
             fn = load_callable(opts.value_serializer, option_name="value_serializer")
-            return _python_texts([fn(v) for v in table.to_pylist()], "value_serializer")
+            return returned_bytes(
+                [fn(v) for v in table.to_pylist()],
+                sink="redis",
+                option="value_serializer",
+                nulls=True,
+            )
         return pc.cast(json_objects(table), pa.binary())
 
     def _value_table(self, batch: SinkBatch) -> pa.Table:
@@ -460,20 +475,6 @@ def _check_size(values: pa.Array, what: str) -> None:
             f"{MAX_VALUE_BYTES} bytes (512 MB) per value",
             row=row,
         )
-
-
-def _python_texts(values: list[Any], option: str) -> pa.Array:
-    out: list[bytes | None] = []
-    for value in values:
-        if value is None or isinstance(value, bytes):
-            out.append(value)
-        elif isinstance(value, str):
-            out.append(value.encode())
-        else:
-            raise RecordError(
-                f"redis: {option!r} returned {type(value).__name__}; it must return str or bytes"
-            )
-    return pa.array(out, pa.binary())
 
 
 def windows(
