@@ -130,11 +130,14 @@ def test_a_lost_acknowledgement_is_resent_with_the_same_dedupe_id(
 ) -> None:
     server: MosquittoServer = mqtt_sink["server"]
     with LostAckProxy("127.0.0.1", server.port) as proxy:
-        # the broker applies the PUBLISH of row 7; its PUBACK is lost with the connection
+        # the broker applies the PUBLISH of row 7; its PUBACK is lost with the connection.
+        # One message in flight: the broker's next reply is that PUBACK (with a window of
+        # several, it could be an earlier one, and the connection would be cut before the
+        # broker read row 7: then the resend is its only copy)
         proxy.lose_reply_to(b'{"id":7,', times=1)
         options = {**mqtt_sink["options"], "port": str(proxy.port)}
         df = readings(spark, 40).repartition(1)
-        write(df, options, version="5", max_inflight="8", retry_backoff_seconds="0.05")
+        write(df, options, version="5", max_inflight="1", retry_backoff_seconds="0.05")
         assert proxy.lost == 1
     # every publish was acknowledged when write() returned: settle() reads all the broker
     # had, the late resend included (counting to 40 could stop before it arrived)
