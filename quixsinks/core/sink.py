@@ -335,6 +335,15 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
     def setup(self, task: Task) -> None:
         """Open what the task needs (keep it on ``task``). Once per task, before any write."""
 
+    def task_of(self, batch: SinkBatch) -> Task:
+        """The task ``batch`` belongs to; a task of its own, set up, when ``write`` is called
+        directly (outside Spark: a test, a script)."""
+        if batch.task is not None:
+            return batch.task
+        task = Task(batch.context, self.options.retry_policy())
+        self.setup(task)
+        return task
+
     def check_fence(self, task: Task) -> None:
         """Fail before any data moves when another query owns the sink id (ledgered writes
         only: streaming, or a keyed batch write).

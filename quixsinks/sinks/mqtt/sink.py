@@ -184,10 +184,7 @@ class MQTTSink(Sink[MQTTOptions, None]):
         task.state["clean"] = True
 
     def write(self, batch: SinkBatch) -> None:
-        task = batch.task
-        if task is None:  # called directly (tests): a task of its own
-            task = Task(batch.context, self.options.retry_policy())
-            self.setup(task)
+        task = self.task_of(batch)
         row0 = int(task.state.get("row0", 0))
         task.state["row0"] = row0 + batch.num_rows
         if batch.num_rows == 0:

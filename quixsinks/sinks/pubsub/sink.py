@@ -155,10 +155,7 @@ class PubSubSink(Sink[PubSubOptions, None]):
         task.state["row0"] = 0
 
     def write(self, batch: Any) -> None:
-        task = batch.task
-        if task is None:  # called directly (tests): a task of its own
-            task = Task(batch.context, self.options.retry_policy())
-            self.setup(task)
+        task = self.task_of(batch)
         row0 = task.state["row0"]
         task.state["row0"] = row0 + batch.num_rows
         if batch.num_rows == 0:
