@@ -5,6 +5,8 @@ from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, Secret, client_key
 from .column_types import ColumnTypes
+from .commits import CommitRecord
+from .deadletters import Refusals
 from .delivery import DedupeIds
 from .destinations import Destination, LocalDestination, StorageOptions
 from .errors import (
@@ -52,6 +54,7 @@ __all__ = [
     "ColumnTypes",
     "CommitContext",
     "CommitError",
+    "CommitRecord",
     "CommonOptions",
     "DedupeIds",
     "DeliveryError",
@@ -84,6 +87,7 @@ __all__ = [
     "RecordError",
     "RecordSchema",
     "RecordingLedgerStore",
+    "Refusals",
     "RetryPolicy",
     "RetryStats",
     "RetryableError",

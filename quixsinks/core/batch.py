@@ -159,6 +159,23 @@ class SinkBatch:
         per_row = max(1, self.nbytes // self.num_rows)
         yield from self.iter_chunks(max(1, max_bytes // per_row))
 
+    def slice(self, start: int, length: int) -> SinkBatch:
+        """``length`` rows from ``start`` (zero-copy), counting into the same task."""
+        return self._slice(start, length)
+
+    def refuse(self, row: int, error: BaseException) -> None:
+        """Refuse row ``row`` (an index into ``table``) for ``error``, as the ``on_error``
+        option says: raise a RecordError naming the row (``fail``), count it (``skip``),
+        or write it to the dead-letter output (``dead_letter``). For a row the
+        destination or an encoder refuses for what it holds, never for a server error.
+        """
+        if self.task is None:
+            from .deadletters import Refusals
+
+            Refusals("").refuse(self, row, error)
+            return
+        self.task.refusals.refuse(self, row, error)
+
     def _slice(self, start: int, length: int) -> SinkBatch:
         values = self._values.slice(start, length) if self._values is not None else None
         return SinkBatch(

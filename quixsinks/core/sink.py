@@ -23,6 +23,7 @@ register it with ``quixsinks.register(spark, MySink)`` (see docs/custom-sinks.md
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,9 +33,12 @@ import pyarrow as pa
 
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, WriteContext, ledgered
-from .errors import OptionError
+from .commits import CommitRecord
+from .deadletters import OnError, Refusals, check_dead_letter_options
+from .errors import OptionError, QuixSinksError
 from .ledger import DEFAULT_KEEP_BATCHES, Ledger, LedgerStore, check_sink_id
 from .options import SinkOptions, option
+from .publish import StagedFile
 from .records import AUTO, RecordSchema, ValueFormat
 
 __all__ = [
@@ -102,8 +106,21 @@ class CommonOptions(SinkOptions):
     retry_deadline_seconds: float = option(
         300.0, minimum=0, doc="No retry starts this many seconds after the first attempt"
     )
+    on_error: OnError = option(
+        "fail",
+        doc="What a row the destination or an encoder refuses does (never a server, network, "
+        "auth or throttling error): fail: the batch fails, naming the row; skip: the row is "
+        "dropped and counted; dead_letter: the row goes to dead_letter_path, exactly once "
+        "with its batch; see docs/errors.md",
+    )
+    dead_letter_path: str | None = option(
+        None,
+        doc="on_error=dead_letter: the directory of the refused rows, as JSON Lines (an "
+        "absolute path, s3://, abfs[s]://, az:// or gs://)",
+    )
 
     def validate(self) -> None:
+        check_dead_letter_options(self)
         if self.sink_id is not None:
             try:
                 check_sink_id(self.sink_id)
@@ -189,6 +206,22 @@ class CommitContext:
     batch_id: int
     streaming: bool
     query_id: str = ""
+    #: the sink's format name (for commit records)
+    sink: str = ""
+    #: when the driver's commit started (``time.perf_counter``)
+    started: float = field(default_factory=time.perf_counter, compare=False)
+
+    def commit_record(self, receipts: list[Receipt[Any]]) -> CommitRecord:
+        """The batch's :class:`~quixsinks.core.commits.CommitRecord`, timed now: a sink
+        that stores records calls it just before it writes its ledger entry."""
+        return CommitRecord.of(
+            sink=self.sink,
+            sink_id=self.sink_id,
+            batch_id=self.batch_id,
+            query_id=self.query_id,
+            receipts=receipts,
+            commit_seconds=time.perf_counter() - self.started,
+        )
 
     @property
     def ledgered(self) -> bool:
@@ -206,11 +239,19 @@ class Task:
         counters: counts reported in the receipt (``SinkBatch.count`` adds to them).
         state: the sink's per-task objects (a connection, staging names...).
         stats: what retrying cost the task.
+        refusals: the task's refused rows (``on_error``; see quixsinks.core.deadletters).
     """
 
-    def __init__(self, context: WriteContext, policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        context: WriteContext,
+        policy: RetryPolicy | None = None,
+        *,
+        refusals: Refusals | None = None,
+    ) -> None:
         self.context = context
         self.policy = policy or RetryPolicy()
+        self.refusals = refusals or Refusals("")
         self.counters: dict[str, int] = {}
         self.state: dict[str, Any] = {}
         self.stats = RetryStats()
@@ -246,6 +287,7 @@ class Receipt(Generic[StagedT]):
         retries: retries the RetryPolicy made.
         staged: what each ``write`` returned (None results are left out).
         counters: the sink's own counts (``SinkBatch.count``).
+        dead_letters: the task's staged dead letters (``on_error=dead_letter``).
     """
 
     sink_id: str
@@ -259,6 +301,7 @@ class Receipt(Generic[StagedT]):
     retries: int = 0
     staged: list[StagedT] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    dead_letters: list[StagedFile] = field(default_factory=list)
 
 
 def staged_in_order(receipts: list[Receipt[StagedT]]) -> list[StagedT]:
@@ -340,9 +383,17 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
         directly (outside Spark: a test, a script)."""
         if batch.task is not None:
             return batch.task
-        task = Task(batch.context, self.options.retry_policy())
+        task = self.new_task(batch.context)
         self.setup(task)
         return task
+
+    def new_task(self, context: WriteContext) -> Task:
+        """A task attempt of this sink, with its retry policy and ``on_error``."""
+        return Task(
+            context,
+            self.options.retry_policy(),
+            refusals=Refusals(self.name, self.options.on_error),
+        )
 
     def check_fence(self, task: Task) -> None:
         """Fail before any data moves when another query owns the sink id (ledgered writes
@@ -372,6 +423,19 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedT]]) -> None:
         """Clean up after a failed micro-batch (driver); must not undo a landed commit."""
+
+    # ------------------------------------------------------------------ reading back
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records kept with this sink's ledger entries (of ``sink_id``, or of
+        every sink id), oldest first. Sinks without a ledger keep none: their records are
+        the ``quixsinks.commits`` log lines."""
+        raise QuixSinksError(
+            f"{self.name} keeps no ledger in its destination, so it stores no commit "
+            "records: read the JSON lines of the 'quixsinks.commits' logger (Spark's "
+            "python_worker_logs with spark.sql.pyspark.worker.logging.enabled), see "
+            "docs/errors.md"
+        )
 
 
 class BatchingSink(Sink[OptionsT, None]):

@@ -43,6 +43,13 @@ from pyspark.sql.types import StructType
 from quixsinks import __version__
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.clients import ClientCache, secret_digest
+from quixsinks.core.deadletters import (
+    abort_dead_letters,
+    dead_letter_staging,
+    publish_dead_letters,
+    without_unparseable,
+    write_isolating,
+)
 from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
 from quixsinks.core.secrets import is_secret_name, scrubbed_errors
@@ -198,8 +205,12 @@ class QuixDataSource(DataSource):
             every_value = repr(dataclasses.astuple(options))  # never shown: digested
             key = (cls.__module__, cls.__qualname__, overwrite, secret_digest(every_value))
 
+            dead_letters = dead_letter_staging(options)  # a bad path fails here, on the driver
+
             def check() -> bool:
                 sink.preflight()
+                if dead_letters is not None:
+                    dead_letters.check()
                 return True
 
             _PREFLIGHT_DONE.get(key, check)
@@ -260,8 +271,10 @@ class _SinkWriter:
         ledger under BATCH_WRITE_QUERY_ID; without it a fresh sink id, batch 0, no query."""
         options = self.sink.options
         if options.sink_id is not None and options.batch_id is not None:
-            return CommitContext(options.sink_id, options.batch_id, False, BATCH_WRITE_QUERY_ID)
-        return CommitContext(f"write-{self.write_id}", 0, False)
+            return CommitContext(
+                options.sink_id, options.batch_id, False, BATCH_WRITE_QUERY_ID, self.sink.name
+            )
+        return CommitContext(f"write-{self.write_id}", 0, False, sink=self.sink.name)
 
     @_surfaces_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
@@ -284,7 +297,7 @@ class _SinkWriter:
     def _write_task(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         sink = self.sink
         context = self._context()
-        task = Task(context, sink.options.retry_policy())
+        task = sink.new_task(context)
         receipt: Receipt[Any] = Receipt(
             context.sink_id,
             context.batch_id,
@@ -301,16 +314,18 @@ class _SinkWriter:
             for table in _bounded_tables(iterator, sink.options.max_batch_bytes):
                 batch = SinkBatch(table, sink.records, context, task.counters, task=task)
                 started = time.perf_counter()
-                staged = _write(sink, batch, task)
+                receipt.staged.extend(_write_batch(sink, batch, task))
                 receipt.seconds += time.perf_counter() - started
                 receipt.rows += batch.num_rows
                 receipt.nbytes += batch.nbytes
-                if staged is not None:
-                    receipt.staged.append(staged)
+            staging = dead_letter_staging(sink.options)
+            if staging is not None:
+                receipt.dead_letters = task.refusals.stage(staging, context)
         finally:
             try:
                 sink.close(task)
             finally:
+                task.refusals.close()
                 task.close()
         receipt.retries = task.stats.retries
         return ReceiptMessage(receipt)
@@ -330,7 +345,7 @@ class _SinkWriter:
         if not receipts:
             return None
         first = receipts[0]
-        return CommitContext(first.sink_id, batch_id, True, first.query_id)
+        return CommitContext(first.sink_id, batch_id, True, first.query_id, self.sink.name)
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
@@ -348,11 +363,13 @@ class _SinkWriter:
                 batch_id,
             )
             return
-        started = time.perf_counter()
+        started = context.started
+        dead_letter_files = publish_dead_letters(self.sink.options, context, receipts)
         self.sink.commit(context, receipts)
+        context.commit_record(receipts).log()
         logger.info(
             "%s: committed batch %d of %s: %d rows, %d bytes, %d partitions, %.3f s writing, "
-            "%.3f s committing, %d retries%s",
+            "%.3f s committing, %d retries%s%s",
             self.sink.name,
             context.batch_id,
             context.sink_id,
@@ -363,6 +380,7 @@ class _SinkWriter:
             time.perf_counter() - started,
             sum(r.retries for r in receipts),
             _counters_text(receipts),
+            f", {dead_letter_files} dead-letter file(s) published" if dead_letter_files else "",
         )
 
     def _abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -388,7 +406,22 @@ class _SinkWriter:
             context.sink_id,
             len(receipts),
         )
-        self.sink.abort(context, receipts)
+        try:
+            self.sink.abort(context, receipts)
+        finally:
+            abort_dead_letters(self.sink.options, context, receipts)
+
+
+def _write_batch(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> list[Any]:
+    """Write one SinkBatch; under on_error skip/dead_letter, a RecordError for the whole
+    batch is narrowed down to the rows that cause it (see write_isolating)."""
+    if task.refusals.on_error == "fail":
+        staged = _write(sink, batch, task)
+        return [] if staged is None else [staged]
+    parsed = without_unparseable(batch)
+    if parsed is None:
+        return []
+    return write_isolating(parsed, lambda piece: _write(sink, piece, task), task.refusals.refuse)
 
 
 def _write(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> Any:

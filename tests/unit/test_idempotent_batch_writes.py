@@ -70,7 +70,7 @@ def test_the_largest_batch_id_is_accepted(tmp_path: Path) -> None:
 def test_a_keyed_batch_write_is_ledgered_under_the_users_key(tmp_path: Path) -> None:
     writer = batch_writer(tmp_path, sink_id="orders", batch_id="7")
     context = writer._commit_context([], 0)
-    assert context == CommitContext("orders", 7, False, BATCH_WRITE_QUERY_ID)
+    assert context == CommitContext("orders", 7, False, BATCH_WRITE_QUERY_ID, "file")
     assert context.ledgered
     assert not context.streaming
 

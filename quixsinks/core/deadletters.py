@@ -1,0 +1,341 @@
+"""Row-level refusals: ``on_error`` (fail, skip, dead_letter) and the dead-letter output.
+
+A *row-level refusal* is a row that the destination or an encoder refuses for what the
+row holds: text that is not JSON, a value over a destination's limit, a type or a
+constraint the destination refuses for that row, a per-record permanent error. It is a
+:class:`~quixsinks.core.errors.RecordError`. Everything else (a server down, a timeout,
+an authentication failure, throttling) is retried and then fails the batch: a server
+being down never sends good rows to the dead-letter output.
+
+What happens to a refused row is the ``on_error`` option's choice:
+
+``fail`` (default)
+    The batch fails with an error naming the row (its Kafka topic, partition and offset
+    when present, else its key, else its position).
+``skip``
+    The row is dropped and counted (``skipped`` in the commit log line and record).
+``dead_letter``
+    The row goes to ``dead_letter_path`` as one JSON Lines object
+    ``{"sink", "sink_id", "batch_id", "error": {"type", "message"}, "row": {...}}``
+    and is counted (``dead_lettered``).
+
+**Finding the bad rows.** A sink that knows which row it refuses calls
+``batch.refuse(row, error)`` (see :meth:`Refusals.refuse`). When a sink's ``write``
+raises a RecordError for its whole SinkBatch (a destination that refuses a whole request
+for one row), :func:`write_isolating` splits the batch in halves and writes each again,
+down to the single rows that fail: one bad row in n costs about 2·log2(n) extra writes.
+A sink's ``write`` must therefore leave nothing behind when it raises a RecordError
+(what it staged is not in the receipt, or it rolls back to a savepoint), or write
+idempotently.
+
+**Exactly once, with the batch.** A task's dead letters are staged in
+``<dead_letter_path>/_quixsinks/staging`` under its attempt id and reported in its
+receipt; the driver publishes them in the micro-batch's commit, *before* the sink's own
+commit records the batch in its ledger, through the file commit protocol
+(:class:`~quixsinks.core.publish.FilePublisher`: a create-only marker per batch, the
+winning attempt's files moved to names fixed by sink id and batch id). A replayed or
+retried batch therefore never loses or duplicates a dead letter.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import decimal
+import json
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
+
+import pyarrow as pa
+
+from .errors import OptionError, RecordError
+from .publish import FilePublisher, StagedFile, StagingArea
+
+if TYPE_CHECKING:
+    from .batch import SinkBatch, WriteContext
+    from .sink import CommitContext, CommonOptions, Receipt
+
+__all__ = [
+    "DEAD_LETTER_STATE",
+    "OnError",
+    "Refusals",
+    "abort_dead_letters",
+    "dead_letter_files",
+    "dead_letter_staging",
+    "describe_row",
+    "publish_dead_letters",
+    "row_object",
+    "write_isolating",
+]
+
+OnError = Literal["fail", "skip", "dead_letter"]
+
+#: The hidden folder under ``dead_letter_path`` holding staging and the publish ledger.
+DEAD_LETTER_STATE = "_quixsinks"
+#: Dead letters kept in memory per task before they spill to a temporary file.
+_SPOOL_BYTES = 8 * 1024 * 1024
+#: The longest error message kept in a dead letter.
+_MAX_MESSAGE = 2000
+
+
+def describe_row(batch: SinkBatch, row: int) -> str:
+    """Words that find a row again: its Kafka topic, partition and offset when the batch
+    has them, else its key, else its position in the task's partition."""
+    records = batch.records
+    table = batch.table
+    if records.topic and records.partition and records.offset:
+        topic = table.column(records.topic)[row].as_py()
+        partition = table.column(records.partition)[row].as_py()
+        offset = table.column(records.offset)[row].as_py()
+        return f"Kafka topic {topic!r} partition {partition} offset {offset}"
+    if records.key:
+        key = table.column(records.key)[row].as_py()
+        if key is not None:
+            if isinstance(key, bytes):
+                key = key.decode("utf-8", "backslashreplace")
+            text = str(key)
+            text = text if len(text) <= 80 else text[:77] + "..."
+            return f"the row with key {text!r} (partition {batch.partition_id})"
+    return f"row {row} of the batch's slice in partition {batch.partition_id}"
+
+
+def _json_safe(value: Any) -> Any:
+    """A JSON-serialisable form of an Arrow value (see docs/errors.md, "Dead letters")."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        # Arrow maps come as lists of (key, value) tuples
+        return [_json_safe(v) for v in value]
+    return str(value)
+
+
+def row_object(table: pa.Table, row: int) -> dict[str, Any]:
+    """One row of ``table`` as a JSON-ready dict: binary as UTF-8 text when it is valid
+    UTF-8, else ``{"base64": ...}``; times in ISO 8601; non-finite floats as text."""
+    return {name: _json_safe(table.column(name)[row].as_py()) for name in table.column_names}
+
+
+class Refusals:
+    """One task's refused rows: counts them, and spools the dead letters of the task.
+
+    Args:
+        sink: the sink's format name (written into each dead letter).
+        on_error: the ``on_error`` option.
+    """
+
+    def __init__(self, sink: str, on_error: OnError = "fail") -> None:
+        self.sink = sink
+        self.on_error = on_error
+        self.count = 0
+        self._spool: IO[bytes] | None = None
+
+    def refuse(self, batch: SinkBatch, row: int, error: BaseException) -> None:
+        """Refuse row ``row`` of ``batch`` (an index into ``batch.table``) for ``error``.
+
+        ``fail``: raises a RecordError naming the row. ``skip``: counts it.
+        ``dead_letter``: counts it and keeps its dead letter for the task's receipt.
+        """
+        message = str(error) or type(error).__name__
+        if self.on_error == "fail":
+            where = f"{self.sink}: " if self.sink else ""
+            raise RecordError(
+                f"{where}{describe_row(batch, row)} was refused: {message} "
+                "(on_error=skip drops such rows, on_error=dead_letter writes them to "
+                "dead_letter_path)",
+                row=row,
+                column=getattr(error, "column", None),
+            ) from error
+        self.count += 1
+        if self.on_error == "skip":
+            batch.count("skipped")
+            return
+        batch.count("dead_lettered")
+        context = batch.context
+        letter = {
+            "sink": self.sink,
+            "sink_id": context.sink_id,
+            "batch_id": context.batch_id,
+            "error": {"type": type(error).__name__, "message": message[:_MAX_MESSAGE]},
+            "row": row_object(batch.table, row),
+        }
+        spool = self._spool
+        if spool is None:
+            spool = self._spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
+        line = json.dumps(letter, ensure_ascii=False, allow_nan=False)
+        spool.write(line.encode("utf-8") + b"\n")
+
+    def stage(self, staging: StagingArea, context: WriteContext) -> list[StagedFile]:
+        """Stage the task's dead letters (one JSON Lines file); [] when there are none."""
+        spool = self._spool
+        if spool is None:
+            return []
+        spool.seek(0)
+
+        def produce(out: BinaryIO) -> None:
+            while chunk := spool.read(1024 * 1024):
+                out.write(chunk)
+
+        name = dead_letter_name(context.name_prefix, context.batch_id, context.partition_id)
+        staged = staging.stage(context, name, produce, final_key=name, rows=self.count)
+        self.close()
+        return [staged]
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
+
+def dead_letter_name(prefix: str, batch_id: int, partition_id: int) -> str:
+    """The published name of one task's dead letters: fixed by sink id (and query), batch
+    id and partition; the batch's marker decides which attempt's files are published."""
+    return f"{prefix}-{batch_id:010d}-{partition_id:05d}.jsonl"
+
+
+def write_isolating(
+    batch: SinkBatch,
+    write: Callable[[SinkBatch], Any],
+    refuse: Callable[[SinkBatch, int, BaseException], None],
+) -> list[Any]:
+    """``write(batch)``; when it raises a RecordError, write the two halves again, down to
+    the single rows that fail, which go to ``refuse``. Returns what the successful writes
+    returned (None left out), in row order."""
+    results: list[Any] = []
+    pending = [batch]
+    while pending:
+        piece = pending.pop()
+        try:
+            staged = write(piece)
+        except RecordError as exc:
+            rows = piece.num_rows
+            if rows <= 1:
+                refuse(piece, 0, exc)
+                continue
+            half = rows // 2
+            pending.append(piece.slice(half, rows - half))
+            pending.append(piece.slice(0, half))  # popped first: row order is kept
+            continue
+        if staged is not None:
+            results.append(staged)
+    return results
+
+
+def without_unparseable(batch: SinkBatch) -> SinkBatch | None:
+    """``batch`` less the rows whose JSON value cannot be parsed, which are refused (the
+    commonest poison, found before the sink writes anything, so that a file-like sink
+    still writes one file); None when no row is left. Parsing is bisected like writes."""
+    if not batch.records.value_json:
+        return batch
+    try:
+        batch.values()
+        return batch
+    except RecordError:
+        pass
+    refusals = batch.task.refusals if batch.task is not None else Refusals("")
+    good = write_isolating(batch, _parsed, refusals.refuse)
+    if not good:
+        return None
+    table = pa.concat_tables([piece.table for piece in good])
+    return dataclasses.replace(batch, table=table, _values=None)
+
+
+def _parsed(piece: SinkBatch) -> SinkBatch:
+    piece.values()
+    return piece
+
+
+# ---------------------------------------------------------------------- driver side
+
+
+def check_dead_letter_options(options: CommonOptions) -> None:
+    """OptionError unless ``on_error`` and ``dead_letter_path`` go together."""
+    if options.on_error == "dead_letter" and not options.dead_letter_path:
+        raise OptionError(
+            "option 'on_error' is 'dead_letter' but 'dead_letter_path' is not set: give the "
+            "directory for refused rows (an absolute path, s3://, abfs[s]://, az:// or gs://)",
+            option="dead_letter_path",
+            value=None,
+        )
+    if options.dead_letter_path and options.on_error != "dead_letter":
+        raise OptionError(
+            f"option 'dead_letter_path' is set but 'on_error' is {options.on_error!r}: "
+            "refused rows go to dead_letter_path only with on_error=dead_letter",
+            option="on_error",
+            value=options.on_error,
+            allowed=("dead_letter",),
+        )
+
+
+def dead_letter_staging(options: CommonOptions) -> StagingArea | None:
+    """The staging area under ``dead_letter_path``, or None without dead letters.
+
+    Object-store credentials come from the sink's own storage options where it has them
+    (``file``, ``tsdatalake``), else from each client's default chain."""
+    if options.on_error != "dead_letter" or not options.dead_letter_path:
+        return None
+    from .destinations import StorageOptions, destination_for
+
+    storage = options if isinstance(options, StorageOptions) else None
+    destination = destination_for(options.dead_letter_path, storage, option_name="dead_letter_path")
+    return StagingArea(
+        destination,
+        DEAD_LETTER_STATE,
+        keep_batches=getattr(options, "ledger_keep_batches", 100),
+        staging_max_age_hours=getattr(options, "staging_max_age_hours", 24.0),
+    )
+
+
+def dead_letter_files(receipts: Sequence[Receipt[Any]]) -> list[StagedFile]:
+    ordered = sorted(receipts, key=lambda r: r.partition_id)
+    return [f for receipt in ordered for f in receipt.dead_letters]
+
+
+def publish_dead_letters(
+    options: CommonOptions, context: CommitContext, receipts: Sequence[Receipt[Any]]
+) -> int:
+    """Publish the micro-batch's dead letters (driver, before the sink's commit); returns
+    how many files the batch's manifest names (0: nothing to publish)."""
+    files = dead_letter_files(receipts)
+    staging = dead_letter_staging(options)
+    if not files or staging is None:
+        return 0
+    publisher = FilePublisher(staging, getattr(options, "takeover_query_id", None))
+    result = publisher.publish(
+        context.sink_id,
+        context.batch_id,
+        files,
+        query_id=context.query_id,
+        keep_ledger=context.ledgered,
+    )
+    return result.files
+
+
+def abort_dead_letters(
+    options: CommonOptions, context: CommitContext, receipts: Sequence[Receipt[Any]]
+) -> None:
+    """Delete the staged dead letters of a failed batch (unless the batch was committed)."""
+    files = dead_letter_files(receipts)
+    staging = dead_letter_staging(options)
+    if not files or staging is None:
+        return
+    FilePublisher(staging, getattr(options, "takeover_query_id", None)).abort(
+        context.sink_id, context.batch_id, files, ledgered=context.ledgered
+    )

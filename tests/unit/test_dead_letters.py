@@ -1,0 +1,265 @@
+"""on_error and dead letters in core, without Spark: the refusal rules, the isolation of bad
+rows, the dead-letter objects, and the publish that happens exactly once per batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.commits import CommitRecord, records_table
+from quixsinks.core.deadletters import Refusals, row_object, write_isolating
+from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.core.records import RecordSchema
+from quixsinks.core.sink import CommitContext, Receipt, Task
+from quixsinks.sinks.file import FileOptions, FileSink
+from quixsinks.spark.datasource import ReceiptMessage, SinkArrowWriter
+
+KAFKA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def kafka_table(values: list[bytes | None]) -> pa.Table:
+    n = len(values)
+    return pa.table(
+        {
+            "key": [f"k{i}".encode() for i in range(n)],
+            "value": values,
+            "topic": ["orders"] * n,
+            "partition": pa.array([3] * n, pa.int32()),
+            "offset": pa.array(range(100, 100 + n), pa.int64()),
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+        },
+        schema=KAFKA,
+    )
+
+
+def batch_of(table: pa.Table, on_error: str = "fail") -> SinkBatch:
+    records = RecordSchema.resolve(table.schema)
+    context = WriteContext("s", 4, 2, "a-1")
+    task = Task(context, refusals=Refusals("file", on_error))  # type: ignore[arg-type]
+    return SinkBatch(table, records, context, task.counters, task=task)
+
+
+# ------------------------------------------------------------------------------ options
+
+
+def test_dead_letter_without_a_path_is_refused() -> None:
+    with pytest.raises(OptionError, match="dead_letter_path") as info:
+        FileOptions.from_options({"path": "/tmp/x", "on_error": "dead_letter"})
+    assert info.value.option == "dead_letter_path"
+
+
+def test_a_dead_letter_path_without_dead_letter_is_refused() -> None:
+    with pytest.raises(OptionError, match="only with on_error=dead_letter"):
+        FileOptions.from_options({"path": "/tmp/x", "deadLetterPath": "/tmp/dl"})
+
+
+def test_an_unknown_on_error_is_refused_listing_the_three() -> None:
+    with pytest.raises(OptionError, match="dead_letter"):
+        FileOptions.from_options({"path": "/tmp/x", "on_error": "ignore"})
+
+
+# ------------------------------------------------------------------------------ refusals
+
+
+def test_fail_names_the_kafka_coordinates_of_the_row() -> None:
+    batch = batch_of(kafka_table([b"{}", b"{}", b"nope"]))
+    with pytest.raises(RecordError, match="topic 'orders' partition 3 offset 102") as info:
+        batch.refuse(2, ValueError("not JSON"))
+    assert "on_error=skip" in str(info.value)
+    assert info.value.row == 2
+
+
+def test_fail_names_the_key_without_kafka_columns() -> None:
+    table = pa.table({"key": ["sensor-9"], "v": [1]})
+    batch = batch_of(table)
+    with pytest.raises(RecordError, match="key 'sensor-9'"):
+        batch.refuse(0, ValueError("too big"))
+
+
+def test_skip_counts_the_row_and_keeps_no_dead_letter() -> None:
+    batch = batch_of(kafka_table([b"x"]), "skip")
+    batch.refuse(0, ValueError("bad"))
+    assert batch.counters == {"skipped": 1}
+
+
+def test_a_dead_letter_carries_sink_batch_error_and_row(tmp_path: Path) -> None:
+    from quixsinks.core.destinations import LocalDestination
+    from quixsinks.core.publish import StagingArea
+
+    batch = batch_of(kafka_table([b"\xff\xfe", b"plain"]), "dead_letter")
+    assert batch.task is not None
+    batch.refuse(0, RecordError("not UTF-8"))
+    batch.refuse(1, RecordError("not JSON"))
+    staging = StagingArea(LocalDestination(str(tmp_path)))
+    [staged] = batch.task.refusals.stage(staging, batch.context)
+    lines = (tmp_path / staged.staging_key).read_text().splitlines()
+    first, second = (json.loads(line) for line in lines)
+    assert (first["sink"], first["sink_id"], first["batch_id"]) == ("file", "s", 4)
+    assert first["error"] == {"type": "RecordError", "message": "not UTF-8"}
+    assert first["row"]["value"] == {"base64": "//4="}
+    assert first["row"]["offset"] == 100
+    assert first["row"]["timestamp"] == "1970-01-01T00:00:00+00:00"
+    assert second["row"]["value"] == "plain"
+    assert staged.final_key == "s-0000000004-00002.jsonl"
+    assert batch.counters == {"dead_lettered": 2}
+
+
+def test_row_objects_keep_every_type_readable() -> None:
+    table = pa.table(
+        {
+            "f": [float("nan")],
+            "d": pa.array([__import__("decimal").Decimal("1.50")], pa.decimal128(5, 2)),
+            "m": pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64())),
+            "s": pa.array([{"x": b"y"}], pa.struct([("x", pa.binary())])),
+        }
+    )
+    assert row_object(table, 0) == {"f": "nan", "d": "1.50", "m": [["a", 1]], "s": {"x": "y"}}
+
+
+# ------------------------------------------------------------------------------ isolation
+
+
+def test_isolation_finds_the_bad_rows_at_logarithmic_cost() -> None:
+    table = pa.table({"v": list(range(1024))})
+    batch = batch_of(table, "skip")
+    bad = {17, 900}
+    calls = []
+
+    def write(piece: SinkBatch) -> list[int]:
+        calls.append(piece.num_rows)
+        values = piece.table.column("v").to_pylist()
+        if bad & set(values):
+            raise RecordError("refused")
+        return values
+
+    refused: list[int] = []
+    written = write_isolating(
+        batch, write, lambda piece, row, exc: refused.append(piece.table["v"][row].as_py())
+    )
+    assert refused == [17, 900]
+    assert [v for piece in written for v in piece] == [v for v in range(1024) if v not in bad]
+    assert len(calls) <= 1 + 2 * 2 * 10  # two bad rows, depth log2(1024)
+
+
+def test_isolation_leaves_other_errors_alone() -> None:
+    batch = batch_of(pa.table({"v": [1, 2]}), "skip")
+
+    def write(piece: SinkBatch) -> None:
+        raise ConnectionError("server down")
+
+    with pytest.raises(ConnectionError):
+        write_isolating(batch, write, lambda *a: None)
+
+
+# ------------------------------------------------------------------------------ the glue
+
+
+def writer(out: Path, dead: Path, **options: str) -> SinkArrowWriter:
+    sink = FileSink(
+        FileOptions.from_options(
+            {
+                "path": str(out),
+                "format": "json",
+                "on_error": "dead_letter",
+                "dead_letter_path": str(dead),
+                **options,
+            }
+        )
+    )
+    sink.prepare(KAFKA)
+    sink.preflight()
+    return SinkArrowWriter(sink)
+
+
+def published_lines(folder: Path, pattern: str) -> list[dict[str, object]]:
+    return [
+        json.loads(line)
+        for path in sorted(folder.glob(pattern))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_a_batch_write_dead_letters_bad_rows_and_writes_the_good_ones(tmp_path: Path) -> None:
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    w = writer(out, dead)
+    values: list[bytes | None] = [b'{"a": 1}', b"{broken", b'{"a": 3}', b"[1, 2]"]
+    message = w.write(iter(kafka_table(values).to_batches()))
+    assert message.receipt.counters["dead_lettered"] == 2
+    w.commit([message])
+    rows = published_lines(out, "*.jsonl")
+    assert [r["_value"]["a"] for r in rows] == [1, 3]
+    assert len(list(out.glob("*.jsonl"))) == 1  # the unparseable rows were taken out first
+    letters = published_lines(dead, "*.jsonl")
+    assert [letter["row"]["offset"] for letter in letters] == [101, 103]
+    assert all(letter["sink"] == "file" for letter in letters)
+    assert not list((dead / "_quixsinks" / "staging").rglob("*.jsonl"))
+
+
+def test_a_retried_keyed_write_publishes_its_dead_letters_once(tmp_path: Path) -> None:
+    """Two task attempts of the same keyed batch write (a retry after a lost commit): the
+    second commit finds the batch's marker and publishes nothing again."""
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    values: list[bytes | None] = [b'{"a": 1}', b"{broken"]
+    first = writer(out, dead, sink_id="orders", batch_id="5")
+    first.commit([first.write(iter(kafka_table(values).to_batches()))])
+    again = writer(out, dead, sink_id="orders", batch_id="5")
+    again.commit([again.write(iter(kafka_table(values).to_batches()))])
+    assert len(published_lines(dead, "*.jsonl")) == 1
+    assert len(published_lines(out, "*.jsonl")) == 1
+
+
+def test_an_aborted_batch_leaves_no_dead_letters(tmp_path: Path) -> None:
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    w = writer(out, dead)
+    message = w.write(iter(kafka_table([b"{broken"]).to_batches()))
+    w.abort([message])
+    assert not [p for p in dead.rglob("*.jsonl")]
+
+
+def test_the_commit_logs_one_json_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    w = writer(out, dead)
+    message = w.write(iter(kafka_table([b'{"a": 1}', b"{broken"]).to_batches()))
+    with caplog.at_level("INFO", logger="quixsinks.commits"):
+        w.commit([message])
+    [line] = [r.getMessage() for r in caplog.records if r.name == "quixsinks.commits"]
+    record = CommitRecord.from_json(line)
+    assert (record.sink, record.rows, record.rows_written, record.dead_lettered) == (
+        "file",
+        2,
+        1,
+        1,
+    )
+
+
+def test_records_table_has_one_row_per_record() -> None:
+    receipt: Receipt[object] = Receipt("s", 1, 0, "a", rows=5, counters={"skipped": 2})
+    context = CommitContext("s", 1, True, "q", "file")
+    table = records_table([context.commit_record([receipt])])
+    assert table.num_rows == 1
+    assert table.column("rows_written").to_pylist() == [3]
+    assert table.column("counters").to_pylist() == [[("skipped", 2)]]
+
+
+def test_receipts_carry_dead_letters_through_pickle(tmp_path: Path) -> None:
+    import pickle
+
+    from quixsinks.core.publish import StagedFile
+
+    receipt: Receipt[object] = Receipt("s", 1, 0, "a")
+    receipt.dead_letters.append(StagedFile("k", "f", 1, 2))
+    again = pickle.loads(pickle.dumps(ReceiptMessage(receipt)))
+    assert again.receipt.dead_letters == [StagedFile("k", "f", 1, 2)]
