@@ -222,9 +222,13 @@ def write_isolating(
     pending = [batch]
     while pending:
         piece = pending.pop()
+        counted = dict(piece.counters)
         try:
             staged = write(piece)
         except RecordError as exc:
+            # what the failed write counted (files, chunks) did not happen
+            piece.counters.clear()
+            piece.counters.update(counted)
             rows = piece.num_rows
             if rows <= 1:
                 refuse(piece, 0, exc)

@@ -415,12 +415,12 @@ class _SinkWriter:
 def _write_batch(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> list[Any]:
     """Write one SinkBatch; under on_error skip/dead_letter, a RecordError for the whole
     batch is narrowed down to the rows that cause it (see write_isolating)."""
-    if task.refusals.on_error == "fail":
-        staged = _write(sink, batch, task)
-        return [] if staged is None else [staged]
-    parsed = without_unparseable(batch)
+    parsed = without_unparseable(batch)  # pure: under fail, it names the row that fails
     if parsed is None:
         return []
+    if task.refusals.on_error == "fail":
+        staged = _write(sink, parsed, task)
+        return [] if staged is None else [staged]
     return write_isolating(parsed, lambda piece: _write(sink, piece, task), task.refusals.refuse)
 
 
