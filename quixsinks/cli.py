@@ -3,6 +3,7 @@
     python -m quixsinks check --format postgresql -o host=db -o dbname=app \\
         -o table_name=readings --column id:int64 --column ts:timestamp[us]
     python -m quixsinks sinks
+    python -m quixsinks history --format file -o path=/data/out [--sink-id orders] [--json]
     python -m quixsinks --version
 
 ``check`` parses the options exactly as the sink would, checks them against the columns
@@ -11,7 +12,9 @@ sink's preflight: the once-per-driver check of the destination (connect, authent
 create the ledger, the bucket or directory exists and is writable...). No Spark session
 starts. It prints one line per step, secrets redacted, and exits 1 at the first failure
 (2 for a usage error). ``sinks`` lists the built-in sinks and, for each one that cannot
-run here, the extra to install.
+run here, the extra to install. ``history`` prints the commit records a sink keeps with its
+ledger entries (one line per committed micro-batch: rows, dead letters, seconds...), as a
+table or as JSON Lines (``--json``); see docs/errors.md.
 """
 
 from __future__ import annotations
@@ -131,6 +134,52 @@ def check(name: str, raw: dict[str, str], schema: pa.Schema | None, out: TextIO)
     return 0
 
 
+def history(name: str, raw: dict[str, str], sink_id: str | None, as_json: bool, out: TextIO) -> int:
+    """Print the commit records of ``name`` with options ``raw``; 1 if they cannot be read."""
+    from . import commit_records
+
+    secrets = [v for k, v in raw.items() if v and is_secret_name(k)]
+    secrets += [part for v in raw.values() for part in secret_parts(v)]
+    report = _Report(out, secrets)
+    options = {**raw, **({"sink_id": sink_id} if sink_id else {})}
+    try:
+        table = commit_records(name, **options)
+    except QuixSinksError as exc:
+        report.line(f"quixsinks history: {exc}")
+        return 1
+    rows = table.to_pylist()
+    if as_json:
+        import json
+
+        for row in rows:
+            row["counters"] = dict(row["counters"] or [])
+            report.line(json.dumps(row, separators=(",", ":")))
+        return 0
+    columns = (
+        "sink_id",
+        "batch_id",
+        "rows",
+        "rows_written",
+        "dead_lettered",
+        "skipped",
+        "retries",
+        "write_seconds",
+        "commit_seconds",
+        "committed_at",
+    )
+    texts = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(t[i]) for t in texts)]) for i, c in enumerate(columns)]
+    report.line("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for text in texts:
+        report.line("  ".join(t.ljust(w) for t, w in zip(text, widths, strict=True)).rstrip())
+    report.line(f"({len(rows)} committed batch{'es' if len(rows) != 1 else ''})")
+    return 0
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
 def sinks(out: TextIO) -> int:
     from .spark.registry import available_sinks
 
@@ -162,9 +211,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         help="a column you will write (pyarrow type name); repeat",
     )
     commands.add_parser("sinks", help="the built-in sinks and the extras they need")
+    history_parser = commands.add_parser(
+        "history", help="the commit records a sink keeps with its ledger (one per micro-batch)"
+    )
+    history_parser.add_argument("--format", required=True, help="the sink, e.g. file")
+    history_parser.add_argument(
+        "--option", "-o", action="append", default=[], metavar="KEY=VALUE", help="repeat"
+    )
+    history_parser.add_argument("--sink-id", help="only this writer's records")
+    history_parser.add_argument("--json", action="store_true", help="JSON Lines output")
     args = parser.parse_args(argv)
     if args.command == "sinks":
         return sinks(out)
+    if args.command == "history":
+        return history(args.format, _parse_options(args.option), args.sink_id, args.json, out)
     options = _parse_options(args.option)
     schema = _parse_columns(args.column) if args.column else None
     return check(args.format, options, schema, out)

@@ -182,6 +182,18 @@ class Refusals:
         line = json.dumps(letter, ensure_ascii=False, allow_nan=False)
         spool.write(line.encode("utf-8") + b"\n")
 
+    def mark(self) -> tuple[int, int]:
+        """Where the refusals stand now, for :meth:`rollback`."""
+        return self.count, self._spool.tell() if self._spool is not None else 0
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Forget the refusals made since ``mark``: a write that refused rows and then
+        failed as a whole is written again in halves, which refuse those rows again."""
+        self.count, position = mark
+        if self._spool is not None:
+            self._spool.seek(position)
+            self._spool.truncate()
+
     def stage(self, staging: StagingArea, context: WriteContext) -> list[StagedFile]:
         """Stage the task's dead letters (one JSON Lines file); [] when there are none."""
         spool = self._spool
@@ -211,27 +223,27 @@ def dead_letter_name(prefix: str, batch_id: int, partition_id: int) -> str:
 
 
 def write_isolating(
-    batch: SinkBatch,
-    write: Callable[[SinkBatch], Any],
-    refuse: Callable[[SinkBatch, int, BaseException], None],
+    batch: SinkBatch, write: Callable[[SinkBatch], Any], refusals: Refusals
 ) -> list[Any]:
     """``write(batch)``; when it raises a RecordError, write the two halves again, down to
-    the single rows that fail, which go to ``refuse``. Returns what the successful writes
+    the single rows that fail, which ``refusals`` refuses. Returns what the successful writes
     returned (None left out), in row order."""
     results: list[Any] = []
     pending = [batch]
     while pending:
         piece = pending.pop()
         counted = dict(piece.counters)
+        mark = refusals.mark()
         try:
             staged = write(piece)
         except RecordError as exc:
-            # what the failed write counted (files, chunks) did not happen
+            # what the failed write counted or refused did not happen: its halves do it again
             piece.counters.clear()
             piece.counters.update(counted)
+            refusals.rollback(mark)
             rows = piece.num_rows
             if rows <= 1:
-                refuse(piece, 0, exc)
+                refusals.refuse(piece, 0, exc)
                 continue
             half = rows // 2
             pending.append(piece.slice(half, rows - half))
@@ -254,7 +266,7 @@ def without_unparseable(batch: SinkBatch) -> SinkBatch | None:
     except RecordError:
         pass
     refusals = batch.task.refusals if batch.task is not None else Refusals("")
-    good = write_isolating(batch, _parsed, refusals.refuse)
+    good = write_isolating(batch, _parsed, refusals)
     if not good:
         return None
     table = pa.concat_tables([piece.table for piece in good])

@@ -421,17 +421,29 @@ def _write_batch(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> list[Any
     if task.refusals.on_error == "fail":
         staged = _write(sink, parsed, task)
         return [] if staged is None else [staged]
-    return write_isolating(parsed, lambda piece: _write(sink, piece, task), task.refusals.refuse)
+    return write_isolating(parsed, lambda piece: _write(sink, piece, task), task.refusals)
 
 
 def _write(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> Any:
     """One ``sink.write``: retried whole unless the sink retries per request itself; an
     Arrow conversion failure (a value the destination's format cannot hold) is a RecordError.
     """
+
+    def attempt() -> Any:
+        # a failed attempt's refusals and counts did not happen: its retry makes them again
+        counted, mark = dict(batch.counters), task.refusals.mark()
+        try:
+            return sink.write(batch)
+        except BaseException:
+            batch.counters.clear()
+            batch.counters.update(counted)
+            task.refusals.rollback(mark)
+            raise
+
     try:
         if sink.retries_requests:
-            return sink.write(batch)
-        return task.retry(lambda: sink.write(batch), what=f"{sink.name} write")
+            return attempt()
+        return task.retry(attempt, what=f"{sink.name} write")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise RecordError(
             f"{sink.name}: a value of batch {batch.batch_id} partition {batch.partition_id} "

@@ -20,6 +20,9 @@ Which queries run is set by environment variables, each holding the sink's optio
   QUIXSINKS_KILL_INFLUXDB1    `influxdb1` (one series per event: tag `id`)
   QUIXSINKS_KILL_MQTT         `mqtt` (one message per event; at-least-once, MQTT 5 dedupe
                               ids when the options say version 5)
+  QUIXSINKS_KILL_DEAD_LETTERS more queries, from a Kafka-shaped stream with unparseable values
+                              (input folder IN-kafka): a JSON object name -> [format, options],
+                              each with on_error=dead_letter into OUT_DIR-dead/<name>
   QUIXSINKS_KILL_ONLY_FILE    only `file` queries, one per options (a JSON list of them, or
                               one), checkpoints `file-0`, `file-1`... (object-store paths)
 
@@ -36,6 +39,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from poison import SCHEMA as KAFKA_SCHEMA
+from poison import kafka_shaped
 from streams import stream_from
 
 import quixsinks
@@ -100,11 +105,21 @@ def main() -> None:
         stores = stores if isinstance(stores, list) else [stores]
         sinks = {f"file-{i}": ("file", options) for i, options in enumerate(stores)}
     sink_id = os.environ.get("QUIXSINKS_KILL_SINK_ID")
+    frames = dict.fromkeys(sinks, df)
+    if os.environ.get("QUIXSINKS_KILL_DEAD_LETTERS"):
+        kafka = stream_from(spark, __import__("pathlib").Path(args.input + "-kafka"), KAFKA_SCHEMA)
+        kafka = kafka_shaped(kafka.withColumnRenamed("timestamp", "ts"))
+        for name, (fmt, options) in json.loads(os.environ["QUIXSINKS_KILL_DEAD_LETTERS"]).items():
+            dead = os.path.join(args.out_dir + "-dead", name)
+            sinks[name] = (fmt, {**options, "on_error": "dead_letter", "dead_letter_path": dead})
+            frames[name] = kafka
     for name, (fmt, options) in sinks.items():
         if sink_id:
             options = {**options, "sink_id": sink_id}
-        writer = df.writeStream.format(fmt).option(
-            "checkpointLocation", os.path.join(args.checkpoints, name)
+        writer = (
+            frames[name]
+            .writeStream.format(fmt)
+            .option("checkpointLocation", os.path.join(args.checkpoints, name))
         )
         for key, value in options.items():
             writer = writer.option(key, value)

@@ -16,7 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .streams import run_available_now
+try:
+    from .streams import run_available_now
+except ImportError:  # imported as a top-level module by a job script (kill_job.py)
+    from streams import run_available_now  # type: ignore[no-redef]
 
 T0 = 1714521600000
 SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, ts BIGINT"

@@ -130,8 +130,9 @@ class Servers:
 
     def rewrite(self, fmt: str, options: dict[str, str]) -> dict[str, str]:
         out = dict(options)
-        if "checkpointLocation" in out:
-            out["checkpointLocation"] = self.local(out["checkpointLocation"])
+        for key in ("checkpointLocation", "dead_letter_path"):
+            if key in out:
+                out[key] = self.local(out[key])
         path = out.get("path", "")
         if fmt in ("file", "csvfile", "tsdatalake", "alerting_lake"):
             out.update(self.store(path, out))

@@ -4,7 +4,11 @@ A job streams 4 input files (one micro-batch each) into every sink with a server
 `file`, `csvfile` and `postgresql` sinks (the latter twice: staged, and with
 write_mode=prepared, PostgreSQL's two-phase commit), `redis` (hash and list), `tsdatalake`,
 `kinesis`, `pubsub`, `iceberg`, `bigquery`, `influxdb1` and `mqtt`: thirteen queries in one
-driver. The test SIGKILLs the job's whole process group (driver, JVM and Python workers) at
+driver. Four more read a Kafka-shaped stream whose every fifth value is not JSON, with
+on_error=dead_letter, into `file`, `postgresql`, `redis` and `kinesis` (one of each commit
+style: file markers, a SQL transaction, idempotent writes, at-least-once publishing): every
+bad row lands exactly once in the dead-letter output, every good row with the sink's
+guarantee. The test SIGKILLs the job's whole process group (driver, JVM and Python workers) at
 random moments after it has committed something, twice, then lets a final run finish from
 the checkpoints and checks every output row by row.
 """
@@ -25,6 +29,7 @@ import pyarrow.dataset as ds
 
 from quixsinks.testing import kill_at_random
 
+from .poison import dead_letter_offsets, write_kafka_batches
 from .streams import read_jsonl_ids, write_input_files
 
 JOB = Path(__file__).with_name("kill_job.py")
@@ -139,6 +144,18 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     env["QUIXSINKS_KILL_MQTT"] = json.dumps(
         {**mqtt_sink["options"], "version": "5", "qos": "1", "retry_backoff_seconds": "0.05"}
     )
+    poison = write_poison_input(tmp_path)
+    env["QUIXSINKS_KILL_DEAD_LETTERS"] = json.dumps(
+        {
+            "dl-file": ["file", {"path": str(tmp_path / "dl-out")}],
+            "dl-postgresql": ["postgresql", {**pg["options"], "table_name": "dl_events"}],
+            "dl-redis": [
+                "redis",
+                {**redis_sink["options"], "data_type": "hash", "key_template": "dl:{id}"},
+            ],
+            "dl-kinesis": ["kinesis", kinesis_sink["options"]],
+        }
+    )
     kills = kill_at_random(  # the helper users get from quixsinks.testing
         [sys.executable, str(JOB), *args, str(tmp_path / "ck")],
         lambda: committed_batches(tmp_path),
@@ -187,7 +204,10 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     assert len(lake_batches) == len(set(lake_batches)), f"registered twice (seed {seed})"
     # kinesis (at-least-once): every row at least once, exactly once after dropping the
     # records whose dedupe id was seen before (a replayed batch carries the same ids)
-    put = [json.loads(r["Data"]) for r in kinesis_sink["server"].read_all(kinesis_sink["stream"])]
+    every_put = [
+        json.loads(r["Data"]) for r in kinesis_sink["server"].read_all(kinesis_sink["stream"])
+    ]
+    put = [v for v in every_put if "dl" not in v]
     assert sorted(set(v["id"] for v in put)) == ids, f"seed {seed}"
     first_of_each_id = {v["_dedupe_id"]: v["id"] for v in put}
     assert sorted(first_of_each_id.values()) == ids, f"seed {seed}"
@@ -221,6 +241,43 @@ def test_rows_arrive_exactly_once_across_random_driver_kills(
     for m in messages:
         first_of_each_mqtt_id.setdefault(m.properties["qs_dedupe_id"], json.loads(m.payload)["id"])
     assert sorted(first_of_each_mqtt_id.values()) == ids, f"seed {seed}"
+    # dead letters: every unparseable row exactly once per sink; the good rows as promised
+    for name in ("dl-file", "dl-postgresql", "dl-redis", "dl-kinesis"):
+        dead = tmp_path / "out-dead" / name
+        assert dead_letter_offsets(dead) == poison["bad"], f"{name} (seed {seed})"
+    good = poison["good"]
+    dl_rows = [json.loads(line) for f in (tmp_path / "dl-out").glob("*.jsonl") for line in f.open()]
+    assert sorted(r["_value"]["id"] for r in dl_rows) == good, f"seed {seed}"
+    conn = pg["server"].connect(pg["dbname"])
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM dl_events ORDER BY id")
+            assert [row[0] for row in cur.fetchall()] == good, f"seed {seed}"
+    finally:
+        conn.close()
+    dl_keys = client.keys(prefix + "dl:*")
+    assert sorted(int(client.hget(k, "id")) for k in dl_keys) == good, f"seed {seed}"
+    dl_put = [v for v in every_put if "dl" in v]
+    assert sorted(set(v["id"] for v in dl_put)) == good, f"seed {seed}"
+
+
+def write_poison_input(tmp_path: Path) -> dict[str, list[int]]:
+    """The Kafka-shaped input of the dead-letter queries: FILES batches of 10 rows, every
+    fifth value not JSON. Returns the good ids and the bad rows' offsets."""
+    batches, good, bad = [], [], []
+    for f in range(FILES):
+        rows: list[tuple[str | None, str | None]] = []
+        for r in range(10):
+            i = f * 10 + r
+            if i % 5 == 4:
+                rows.append((f"k{i}", f"not json {i}"))
+                bad.append(i)
+            else:
+                rows.append((f"k{i}", json.dumps({"id": i, "dl": True})))
+                good.append(i)
+        batches.append(rows)
+    write_kafka_batches(tmp_path / "in-kafka", batches)
+    return {"good": good, "bad": bad}
 
 
 def test_a_new_checkpoint_reusing_the_sink_id_after_a_kill_fails_clearly_and_loses_nothing(

@@ -145,13 +145,36 @@ def test_isolation_finds_the_bad_rows_at_logarithmic_cost() -> None:
             raise RecordError("refused")
         return values
 
-    refused: list[int] = []
-    written = write_isolating(
-        batch, write, lambda piece, row, exc: refused.append(piece.table["v"][row].as_py())
-    )
-    assert refused == [17, 900]
+    assert batch.task is not None
+    written = write_isolating(batch, write, batch.task.refusals)
+    assert batch.counters == {"skipped": 2}
     assert [v for piece in written for v in piece] == [v for v in range(1024) if v not in bad]
     assert len(calls) <= 1 + 2 * 2 * 10  # two bad rows, depth log2(1024)
+
+
+def test_rows_refused_by_a_write_that_then_fails_are_refused_once(tmp_path: Path) -> None:
+    """A write refuses row 1 itself, then fails as a whole for row 6: its halves are written
+    again and refuse row 1 again; the first refusal must not count twice."""
+    from quixsinks.core.destinations import LocalDestination
+    from quixsinks.core.publish import StagingArea
+
+    batch = batch_of(pa.table({"v": list(range(8))}), "dead_letter")
+    assert batch.task is not None
+
+    def write(piece: SinkBatch) -> None:
+        values = piece.table.column("v").to_pylist()
+        for i, value in enumerate(values):
+            if value == 1:
+                piece.refuse(i, ValueError("one"))
+        if 6 in values:
+            raise RecordError("six")
+
+    write_isolating(batch, write, batch.task.refusals)
+    assert batch.counters == {"dead_lettered": 2}
+    staging = StagingArea(LocalDestination(str(tmp_path)))
+    [staged] = batch.task.refusals.stage(staging, batch.context)
+    lines = (tmp_path / staged.staging_key).read_text().splitlines()
+    assert sorted(json.loads(line)["row"]["v"] for line in lines) == [1, 6]
 
 
 def test_isolation_leaves_other_errors_alone() -> None:
@@ -160,8 +183,9 @@ def test_isolation_leaves_other_errors_alone() -> None:
     def write(piece: SinkBatch) -> None:
         raise ConnectionError("server down")
 
+    assert batch.task is not None
     with pytest.raises(ConnectionError):
-        write_isolating(batch, write, lambda *a: None)
+        write_isolating(batch, write, batch.task.refusals)
 
 
 # ------------------------------------------------------------------------------ the glue
