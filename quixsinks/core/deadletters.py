@@ -53,6 +53,7 @@ import pyarrow as pa
 
 from .errors import OptionError, RecordError
 from .publish import FilePublisher, StagedFile, StagingArea
+from .secrets import scrub
 
 if TYPE_CHECKING:
     from .batch import SinkBatch, WriteContext
@@ -139,11 +140,15 @@ class Refusals:
     Args:
         sink: the sink's format name (written into each dead letter).
         on_error: the ``on_error`` option.
+        secrets: the sink's secret values, taken out of the error messages dead letters keep.
     """
 
-    def __init__(self, sink: str, on_error: OnError = "fail") -> None:
+    def __init__(
+        self, sink: str, on_error: OnError = "fail", *, secrets: Sequence[str] = ()
+    ) -> None:
         self.sink = sink
         self.on_error = on_error
+        self.secrets = tuple(secrets)
         self.count = 0
         self._spool: IO[bytes] | None = None
 
@@ -168,6 +173,7 @@ class Refusals:
             batch.count("skipped")
             return
         batch.count("dead_lettered")
+        message = scrub(message, self.secrets)  # an error may quote a connection string
         context = batch.context
         letter = {
             "sink": self.sink,

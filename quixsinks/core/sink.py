@@ -392,7 +392,9 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
         return Task(
             context,
             self.options.retry_policy(),
-            refusals=Refusals(self.name, self.options.on_error),
+            refusals=Refusals(
+                self.name, self.options.on_error, secrets=self.options.secret_values()
+            ),
         )
 
     def check_fence(self, task: Task) -> None:

@@ -117,6 +117,21 @@ def test_a_dead_letter_carries_sink_batch_error_and_row(tmp_path: Path) -> None:
     assert batch.counters == {"dead_lettered": 2}
 
 
+def test_a_dead_letters_error_message_keeps_no_secret(tmp_path: Path) -> None:
+    from quixsinks.core.destinations import LocalDestination
+    from quixsinks.core.publish import StagingArea
+
+    table = pa.table({"v": [1]})
+    context = WriteContext("s", 0)
+    task = Task(context, refusals=Refusals("pg", "dead_letter", secrets=["hunter2"]))
+    batch = SinkBatch(table, RecordSchema.resolve(table.schema), context, task.counters, task=task)
+    batch.refuse(0, RecordError("refused by postgresql://app:hunter2@db/app"))
+    [staged] = task.refusals.stage(StagingArea(LocalDestination(str(tmp_path))), context)
+    text = (tmp_path / staged.staging_key).read_text()
+    assert "hunter2" not in text
+    assert "refused by" in text
+
+
 def test_row_objects_keep_every_type_readable() -> None:
     table = pa.table(
         {
