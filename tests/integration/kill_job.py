@@ -109,6 +109,7 @@ def main() -> None:
     if os.environ.get("QUIXSINKS_KILL_DEAD_LETTERS"):
         kafka = stream_from(spark, __import__("pathlib").Path(args.input + "-kafka"), KAFKA_SCHEMA)
         kafka = kafka_shaped(kafka.withColumnRenamed("timestamp", "ts"))
+        os.makedirs(args.out_dir + "-dead", exist_ok=True)  # sinks create only the last level
         for name, (fmt, options) in json.loads(os.environ["QUIXSINKS_KILL_DEAD_LETTERS"]).items():
             dead = os.path.join(args.out_dir + "-dead", name)
             sinks[name] = (fmt, {**options, "on_error": "dead_letter", "dead_letter_path": dead})

@@ -25,54 +25,17 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from .streams import run_available_now
+from .poison import run_poison_stream
 
-T0 = 1714521600000
 BATCHES: list[list[tuple[str, str | None]]] = [
     [("k0", None), ("k1", '{"id": 1, "v": 10}'), ("k2", '{"id": 2, "v": 20}')],
     [("k3", '{"id": 3, "v": 30, "tag": "a", "at": "2024-05-01"}'), ("k4", "null")],
     [("k5", '{"id": 5, "v": "fifty"}')],
 ]
-SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, ts BIGINT"
-
-
-def write_kafka_files(folder: Path) -> None:
-    folder.mkdir()
-    offset = 0
-    for number, rows in enumerate(BATCHES):
-        path = folder / f"part-{number:04d}.json"
-        with open(path, "w", encoding="utf-8") as out:
-            for key, value in rows:
-                record = {"key": key, "value": value, "topic": "orders", "partition": 0}
-                out.write(json.dumps({**record, "offset": offset, "ts": T0 + offset}) + "\n")
-                offset += 1
-        # the file source takes files in modification-time order: one batch per file, in order
-        os.utime(path, (1_700_000_000 + number, 1_700_000_000 + number))
 
 
 def run(spark: Any, tmp_path: Path, fmt: str, options: dict[str, str]) -> None:
-    write_kafka_files(tmp_path / "in")
-
-    def kafka_shaped(df: Any) -> Any:
-        return df.selectExpr(
-            "cast(key AS binary) AS key",
-            "cast(value AS binary) AS value",
-            "topic",
-            "partition",
-            "offset",
-            "timestamp_millis(ts) AS timestamp",
-            "0 AS timestampType",
-        )
-
-    run_available_now(
-        spark,
-        tmp_path / "in",
-        fmt,
-        tmp_path / "ck",
-        options,
-        prepare=lambda df: kafka_shaped(df.withColumnRenamed("timestamp", "ts")),
-        schema=SCHEMA,
-    )
+    run_poison_stream(spark, tmp_path, fmt, options, BATCHES, name="kafka")
 
 
 EVERY_VALUE = [
