@@ -32,16 +32,19 @@ from typing import ClassVar
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.errors import OptionError
+from quixsinks.core.commits import CommitRecord
+from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .client import import_bigquery
-from .ddl import check_dataset, ensure_table
+from .ddl import ColumnConflict, check_dataset, ensure_table
+from .ledger import commit_records
 from .modes import WriteMode, write_mode
 from .options import BigQueryOptions
 from .schema import BQField, Column, column_plan
 from .streams import StagedStream, append
-from .wire import batch_table, with_all_columns
+from .wire import RowsRefused, with_all_columns
+from .writing import chunked, converted, refused
 
 __all__ = ["BigQuerySink", "StagedStream"]
 
@@ -138,19 +141,49 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
                 json_columns=self.options.json_columns,
             )
         mode = self.mode
-        target = self._ensure_target(columns)
+        try:
+            target = self._ensure_target(columns)
+        except ColumnConflict as exc:
+            if self.columns is not None:
+                raise
+            # JSON values: the rows' own types conflict with the table's; write() is
+            # called again on halves of the batch, down to the rows that conflict
+            raise RecordError(f"bigquery: {exc}") from exc
         fields = mode.ensure(target)
-        table_id, data, token = mode.stage(batch_table(batch, columns, target), batch.context)
+        batch, data = converted(batch, columns, target)
+        table_id, data, token = mode.stage(data, batch.context)
         data = with_all_columns(data, fields)
-        stream, requests = append(self.options, table_id, data)
-        batch.count("append_requests", requests)
-        return StagedStream(stream, table_id, token, data.num_rows, tuple(c.name for c in columns))
+        while data.num_rows:
+            batch, data, records = chunked(batch, data, self.options.max_request_bytes)
+            if not records:
+                break
+            try:
+                stream = append(self.options, table_id, data.schema, records)
+            except RowsRefused as exc:  # the stream stays unfinalized: never visible
+                batch, data = refused(batch, data, exc)
+                continue
+            batch.count("append_requests", len(records))
+            written = tuple(c.name for c in columns)
+            return StagedStream(stream, table_id, token, data.num_rows, written)
+        return None
 
     # ------------------------------------------------------------------ driver: commit
 
     def commit(self, context: CommitContext, receipts: list[Receipt[StagedStream]]) -> None:
         streams = [s for r in sorted(receipts, key=lambda r: r.partition_id) for s in r.staged]
-        self.mode.commit(context, streams, overwrite=self.overwrite)
+        self.mode.commit(
+            context,
+            streams,
+            overwrite=self.overwrite,
+            record=lambda: context.commit_record(list(receipts)).to_json(),
+        )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedStream]]) -> None:
         self.mode.abort(context)
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records in the ledger table (``write_mode=exactly-once``), oldest
+        first; ``write_mode=direct`` keeps no ledger."""
+        if not self.options.exactly_once:
+            return super().commit_records(sink_id)
+        return commit_records(self.options, sink_id)
