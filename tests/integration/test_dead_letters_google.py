@@ -119,3 +119,79 @@ def test_bigquery_a_failed_commit_then_a_restart_neither_loses_nor_duplicates_de
     assert bq_ids(bigquery_sink) == BQ_GOOD
     assert dead_letter_offsets(tmp_path / "dead") == sorted(BQ_BAD)
     assert_nothing_staged(tmp_path / "dead")
+
+
+# ---------------------------------------------------------------------------- pubsub
+
+HUGE = "y" * 10_000_001
+PS_BATCHES = [
+    [("k0", '{"id": 0}'), ("k1", "{not json"), ("k" * 1100, '{"id": 2}')],
+    [("k3", '{"id": 3}'), ("k4", json.dumps({"id": 4, "s": HUGE}))],
+    [("k5", '{"id": 5}'), ("k6", '{"id": 6}')],
+]
+PS_GOOD = [0, 3, 5, 6]
+PS_BAD = [1, 2, 4]
+
+
+def published_ids(topic: dict[str, Any]) -> list[int]:
+    messages = topic["server"].pull_all(topic["topic"], idle_seconds=0.5)
+    return sorted({json.loads(m.data)["id"] for m in messages})
+
+
+def test_pubsub_rows_over_pubsubs_limits_go_to_the_dead_letter_path_once(
+    spark: Any, pubsub_topic: dict[str, Any], tmp_path: Path
+) -> None:
+    options = {**pubsub_topic["options"], **dead_letter(tmp_path)}
+    run_poison_stream(spark, tmp_path, "pubsub", options, PS_BATCHES)
+    assert published_ids(pubsub_topic) == PS_GOOD
+    letters = {int(x["row"]["offset"]): x for x in read_dead_letters(tmp_path / "dead")}
+    assert sorted(letters) == PS_BAD
+    assert {x["sink"] for x in letters.values()} == {"pubsub"}
+    assert [letters[o]["batch_id"] for o in PS_BAD] == [0, 0, 1]
+    assert {x["error"]["type"] for x in letters.values()} == {"RecordError"}
+    assert "1024 bytes per attribute value" in letters[2]["error"]["message"]
+    assert "10000000 bytes per message" in letters[4]["error"]["message"]
+    assert_nothing_staged(tmp_path / "dead")
+
+
+def test_pubsub_skip_with_ordering_keys_drops_a_key_over_1024_bytes(
+    spark: Any, pubsub_topic: dict[str, Any], tmp_path: Path
+) -> None:
+    options = {
+        **pubsub_topic["options"],
+        "on_error": "skip",
+        "ordering_key_column": "key",
+        "metadata_attributes": "false",
+    }
+    run_poison_stream(spark, tmp_path, "pubsub", options, PS_BATCHES)
+    assert published_ids(pubsub_topic) == PS_GOOD
+
+
+def test_pubsub_fail_names_the_rows_kafka_coordinates(
+    spark: Any, pubsub_topic: dict[str, Any], tmp_path: Path
+) -> None:
+    batches = [[PS_BATCHES[0][0], PS_BATCHES[0][2]]]
+    with pytest.raises(Exception, match=r"topic 'orders' partition 0 offset 1 was refused"):
+        run_poison_stream(spark, tmp_path, "pubsub", pubsub_topic["options"], batches)
+    assert published_ids(pubsub_topic) == []
+
+
+def test_pubsub_a_failed_commit_then_a_restart_neither_loses_nor_duplicates_dead_letters(
+    spark: Any, pubsub_topic: dict[str, Any], tmp_path: Path
+) -> None:
+    from quixsinks.sinks.pubsub import PubSubSink
+
+    quixsinks.register(spark, faulty(PubSubSink))
+    options = {
+        **pubsub_topic["options"],
+        **dead_letter(tmp_path),
+        "fail_batch": "1",
+        "fail_phase": "commit-before",
+        "fail_marker": str(tmp_path / "fired"),
+    }
+    with pytest.raises(Exception, match="injected failure"):
+        run_poison_stream(spark, tmp_path, "faulty_pubsub", options, PS_BATCHES)
+    run_poison_stream(spark, tmp_path, "faulty_pubsub", options, PS_BATCHES)
+    assert published_ids(pubsub_topic) == PS_GOOD  # batch 1 twice: at-least-once
+    assert dead_letter_offsets(tmp_path / "dead") == PS_BAD
+    assert_nothing_staged(tmp_path / "dead")
