@@ -149,7 +149,7 @@ def test_a_round_refused_whole_is_not_a_row_level_error() -> None:
         raise RecordError("invalid argument")
 
     with pytest.raises(DestinationError, match="refused every message"):
-        sink.publish(batch, [0, 1, 2], None, 0, deliver, lambda i: i)  # type: ignore[arg-type]
+        sink.publish(batch, [0, 1, 2], None, 0, deliver, lambda i: i)  # type: ignore[type-var]
     assert batch.counters == {}
 
 
@@ -162,7 +162,7 @@ def test_a_refused_message_refuses_its_batch_row() -> None:
             raise RecordError("invalid argument")
 
     # messages numbered from row0=50, built from batch rows 0, 2, 3 (row 1 refused before)
-    published = sink.publish(batch, [50, 51, 52], [0, 2, 3], 50, deliver, lambda i: i)  # type: ignore[arg-type]
+    published = sink.publish(batch, [50, 51, 52], [0, 2, 3], 50, deliver, lambda i: i)  # type: ignore[type-var]
     assert published == 2
     assert batch.counters == {"skipped": 1}
 
