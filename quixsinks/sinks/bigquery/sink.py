@@ -6,7 +6,9 @@ sink id, batch id, attempt id) and appended, in requests below ``max_request_byt
 with explicit offsets, to a new PENDING write stream on the staging table
 ``<table>_qs_staging``; the stream is finalized and its name, token and row count go
 to the driver in the receipt. A retried write opens a new stream: the old one is never
-committed, so nothing of it is ever visible.
+committed, so nothing of it is ever visible. Rows BigQuery refuses (a value its column
+cannot take, a row too large for one request, AppendRows ``row_errors``) are refused
+(``on_error``) and left out of the stream that is committed (:mod:`.writing`).
 
 Driver (``commit``): fence the ledger (``_quixsinks_ledger`` in the dataset: rows of
 another query id under this sink id stop the commit with LedgerFenceError unless
@@ -14,9 +16,10 @@ another query id under this sink id stop the commit with LedgerFenceError unless
 BatchCommitWriteStreams the winning streams (their rows become visible in the staging
 table only), then one multi-statement transaction: if the ledger has no row for this
 sink id and batch, delete the target's rows (overwrite only), INSERT the target's
-columns from the staging rows of the winning tokens, INSERT the ledger row, prune old
-ledger rows, COMMIT. Then the staging rows of the batch (failed attempts' too) and
-staging rows older than ``staging_max_age_hours`` are deleted. A driver that dies
+columns from the staging rows of the winning tokens, INSERT the ledger row (with the
+micro-batch's commit record), prune old ledger rows, COMMIT. Then the staging rows of the
+batch (failed attempts' too) and staging rows older than ``staging_max_age_hours`` are
+deleted. A driver that dies
 anywhere in between leaves either no ledger row (a replay stages anew and commits its
 own tokens only) or a ledger row (a replay is skipped): every row exactly once.
 

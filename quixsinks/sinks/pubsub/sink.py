@@ -7,8 +7,10 @@ Executor: each SinkBatch becomes messages (data, attributes, ordering key) built
 ``attributes_columns`` and ``qs_dedupe_id``, a deterministic id of the message's content
 and either its Kafka topic, partition and offset or its position in the Spark partition
 (:class:`~quixsinks.core.delivery.DedupeIds`), the same when the batch is replayed. A
-message over 10,000,000 bytes is a RecordError naming its row, before anything of the
-batch is published.
+row that cannot be a message (over one of Pub/Sub's limits, :mod:`.wire`) is refused
+(``on_error``) before anything of it is published; a message the service refuses
+(INVALID_ARGUMENT) is narrowed down by publishing its request again in halves
+(:mod:`.refusals`).
 
 Messages go through one cached ``PublisherClient`` per process and settings (its batch and
 flow-control options), in rounds of ``round_messages``: a round publishes its messages,
