@@ -75,6 +75,24 @@ def test_bigquery_refused_rows_go_to_the_dead_letter_path_once(
 def test_bigquery_commit_records_are_kept_in_the_ledger(
     spark: Any, bigquery_sink: dict[str, Any], tmp_path: Path
 ) -> None:
+    """A ledger table made before commit records gets the column; its old rows have none."""
+    from google.cloud import bigquery
+
+    client = bigquery_sink["client"]
+    client.create_dataset(bigquery_sink["dataset"])
+    ledger_id = (
+        f"{bigquery_sink['options']['project_id']}.{bigquery_sink['dataset']}._quixsinks_ledger"
+    )
+    old = [
+        bigquery.SchemaField("sink_id", "STRING", "REQUIRED"),
+        bigquery.SchemaField("batch_id", "INT64", "REQUIRED"),
+        bigquery.SchemaField("query_id", "STRING"),
+        bigquery.SchemaField("committed_at", "TIMESTAMP"),
+    ]
+    client.create_table(bigquery.Table(ledger_id, schema=old))
+    client.query(
+        f"INSERT INTO `{ledger_id}` (sink_id, batch_id, query_id) VALUES ('older', 7, 'q')"
+    ).result()
     options = bq_options(bigquery_sink, **dead_letter(tmp_path))
     run_poison_stream(spark, tmp_path, "bigquery", options, BQ_BATCHES)
     table = quixsinks.commit_records("bigquery", **bigquery_sink["options"])
