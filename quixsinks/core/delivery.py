@@ -15,6 +15,7 @@ id never drops a real record. Its state does not grow with the number of rows.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -86,6 +87,15 @@ class DedupeIds:
         self._partition_fields: dict[tuple[Any, Any], bytes] = {}  # encoded once per partition
         self._run: Coordinates | None = None
         self._run_payloads: dict[bytes, int] = {}
+
+    def copy(self) -> DedupeIds:
+        """An independent copy of the state: a sink that may give up an :meth:`ids` call
+        (its rows turned out unpublishable) goes on from the copy made before it."""
+        twin = copy.copy(self)
+        twin._last_offsets = dict(self._last_offsets)
+        twin._partition_fields = dict(self._partition_fields)
+        twin._run_payloads = dict(self._run_payloads)
+        return twin
 
     def ids(
         self, payloads: Sequence[bytes], coordinates: Sequence[Coordinates | None] | None = None

@@ -17,7 +17,7 @@ from .client import clients, ddl_kwargs, import_bigquery, translate
 from .options import BigQueryOptions
 from .schema import BQField, conflict
 
-__all__ = ["check_dataset", "ensure_table"]
+__all__ = ["ColumnConflict", "check_dataset", "ensure_table"]
 
 logger = logging.getLogger("quixsinks.sinks.bigquery")
 
@@ -39,8 +39,11 @@ def ensure_table(
     """The columns of ``table_id``, with every wanted column present (created or added as
     ``schema_auto_update`` allows; always for the sink's ``internal`` tables)."""
     cached = _SHAPES.tables.get(table_id)
-    if cached is not None and _covers(cached, wanted):
-        return cached
+    if cached is not None:
+        if _covers(cached, wanted):
+            return cached
+        # a column's type never changes: a conflict with the known shape needs no request
+        _missing(cached, wanted, f"bigquery table {table_id}", table_id)
     with _SHAPES.lock:
         fields = _ensure_now(options, table_id, wanted, internal=internal)
         _SHAPES.tables[table_id] = fields
@@ -92,6 +95,10 @@ def _ensure_now(
         raise translate(exc, where) from exc
 
 
+class ColumnConflict(DestinationError):
+    """A column of the rows whose type the table's column of that name cannot take."""
+
+
 def _missing(
     existing: Sequence[BQField], wanted: Sequence[BQField], where: str, table_id: str
 ) -> list[BQField]:
@@ -105,7 +112,7 @@ def _missing(
             continue
         problem = conflict(f, there)
         if problem:
-            raise DestinationError(
+            raise ColumnConflict(
                 f"{where}: column {f.name!r} conflicts with the rows: {problem}; "
                 "cast the column in Spark or write to another table",
                 location=table_id,

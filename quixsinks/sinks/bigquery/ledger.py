@@ -1,6 +1,8 @@
 """The BigQuery sink's ledger: the table ``_quixsinks_ledger`` in the target's dataset.
 
-One row per committed micro-batch: ``(sink_id, batch_id, query_id, committed_at)``. The row
+One row per committed micro-batch: ``(sink_id, batch_id, query_id, committed_at, record)``,
+``record`` the batch's :class:`~quixsinks.core.commits.CommitRecord` as JSON (the column is
+added to a ledger table made before it; rows written before have none). The row
 is written by the commit's own transaction (:func:`commit_transaction`), together with the
 batch's rows, so :class:`BigQueryLedgerStore` only reads it (owners, one batch's entry) and
 carries out a takeover. The transaction repeats the fence in SQL: a row of another query id
@@ -11,19 +13,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.ledger import LedgerEntry, LedgerStore
 
 from .client import clients, ddl_kwargs, run_query, translate
 from .options import BigQueryOptions, split_table_id
 from .schema import LEDGER_TABLE, TOKEN_COLUMN, BQField, quote
 
-__all__ = ["LEDGER_FIELDS", "BigQueryLedgerStore", "commit_transaction", "literal", "sql_table"]
+__all__ = [
+    "LEDGER_FIELDS",
+    "BigQueryLedgerStore",
+    "commit_records",
+    "commit_transaction",
+    "literal",
+    "sql_table",
+]
 
 LEDGER_FIELDS = (
     BQField("sink_id", "STRING", "REQUIRED"),
     BQField("batch_id", "INT64", "REQUIRED"),
     BQField("query_id", "STRING"),
     BQField("committed_at", "TIMESTAMP"),
+    BQField("record", "STRING"),
 )
 
 
@@ -90,10 +101,27 @@ class BigQueryLedgerStore(LedgerStore):
         self._entries.pop(sink_id, None)
 
 
+def commit_records(options: BigQueryOptions, sink_id: str | None = None) -> list[CommitRecord]:
+    """The commit records of the ledger's rows (of ``sink_id``, or every sink id), oldest
+    first; rows written before the ``record`` column have none and are left out."""
+    table_id = ledger_id(options)
+    try:
+        rows = list(clients(options).bigquery.list_rows(table_id, **ddl_kwargs(options)))
+    except Exception as exc:
+        raise translate(exc, f"bigquery table {table_id}") from exc
+    records = [
+        CommitRecord.from_json(r.get("record"))
+        for r in rows
+        if r.get("record") and (sink_id is None or r["sink_id"] == sink_id)
+    ]
+    return sorted(records, key=lambda r: (r.committed_at, r.sink_id, r.batch_id))
+
+
 def commit_transaction(
     options: BigQueryOptions,
     entry: LedgerEntry,
     *,
+    record: str | None = None,
     target: str,
     staging: str,
     columns: Sequence[str],
@@ -102,8 +130,8 @@ def commit_transaction(
     prune: bool,
 ) -> str:
     """The commit's one transaction: unless the ledger has the batch, (overwrite: empty the
-    target,) move the winning tokens' staging rows to the target, write the ledger row and
-    prune old ones; first the fence again, in SQL."""
+    target,) move the winning tokens' staging rows to the target, write the ledger row (with
+    ``record``, the commit record's JSON) and prune old ones; first the fence again, in SQL."""
     ledger = sql_table(ledger_id(options))
     sink, batch, query = literal(entry.sink_id), entry.batch_id, literal(entry.query_id)
     body = []
@@ -117,8 +145,9 @@ def commit_transaction(
             f"({', '.join(literal(t) for t in tokens)});"
         )
     body.append(
-        f"INSERT INTO {ledger} (sink_id, batch_id, query_id, committed_at) VALUES "
-        f"({sink}, {batch}, {query}, CURRENT_TIMESTAMP());"
+        f"INSERT INTO {ledger} (sink_id, batch_id, query_id, committed_at, record) VALUES "
+        f"({sink}, {batch}, {query}, CURRENT_TIMESTAMP(), "
+        f"{'NULL' if record is None else literal(record)});"
     )
     keep = options.ledger_keep_batches
     if prune and batch - keep > 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -62,9 +62,15 @@ class WriteMode(ABC):
 
     @abstractmethod
     def commit(
-        self, context: CommitContext, streams: list[StagedStream], *, overwrite: bool
+        self,
+        context: CommitContext,
+        streams: list[StagedStream],
+        *,
+        overwrite: bool,
+        record: Callable[[], str] | None = None,
     ) -> None:
-        """Driver: make the batch's streams visible."""
+        """Driver: make the batch's streams visible (``record``: the commit record's JSON,
+        made just before a ledger row is written)."""
 
     @abstractmethod
     def abort(self, context: CommitContext) -> None:
@@ -90,7 +96,12 @@ class Direct(WriteMode):
         return self.options.table_path, data, ""
 
     def commit(
-        self, context: CommitContext, streams: list[StagedStream], *, overwrite: bool
+        self,
+        context: CommitContext,
+        streams: list[StagedStream],
+        *,
+        overwrite: bool,
+        record: Callable[[], str] | None = None,
     ) -> None:
         commit_streams(self.options, self.options.table_path, streams)
 
@@ -127,16 +138,25 @@ class ExactlyOnce(WriteMode):
         return self.staging_id, tagged(data, token), token
 
     def commit(
-        self, context: CommitContext, streams: list[StagedStream], *, overwrite: bool
+        self,
+        context: CommitContext,
+        streams: list[StagedStream],
+        *,
+        overwrite: bool,
+        record: Callable[[], str] | None = None,
     ) -> None:
         self.options.retry_policy().call(
-            lambda: self._commit_once(context, streams, overwrite),
+            lambda: self._commit_once(context, streams, overwrite, record),
             stats=RetryStats(),
             what=f"bigquery commit of batch {context.batch_id}",
         )
 
     def _commit_once(
-        self, context: CommitContext, streams: Sequence[StagedStream], overwrite: bool
+        self,
+        context: CommitContext,
+        streams: Sequence[StagedStream],
+        overwrite: bool,
+        record: Callable[[], str] | None,
     ) -> None:
         sink_id, batch_id, query_id = context.sink_id, context.batch_id, context.query_id
         if self.ledger().committed(sink_id, batch_id, query_id):  # fenced first
@@ -150,6 +170,7 @@ class ExactlyOnce(WriteMode):
         sql = commit_transaction(
             self.options,
             LedgerEntry(sink_id, batch_id, query_id),
+            record=record() if record is not None else None,
             target=self.options.table_path,
             staging=self.staging_id,
             columns=columns,

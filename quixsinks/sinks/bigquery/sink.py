@@ -6,7 +6,9 @@ sink id, batch id, attempt id) and appended, in requests below ``max_request_byt
 with explicit offsets, to a new PENDING write stream on the staging table
 ``<table>_qs_staging``; the stream is finalized and its name, token and row count go
 to the driver in the receipt. A retried write opens a new stream: the old one is never
-committed, so nothing of it is ever visible.
+committed, so nothing of it is ever visible. Rows BigQuery refuses (a value its column
+cannot take, a row too large for one request, AppendRows ``row_errors``) are refused
+(``on_error``) and left out of the stream that is committed (:mod:`.writing`).
 
 Driver (``commit``): fence the ledger (``_quixsinks_ledger`` in the dataset: rows of
 another query id under this sink id stop the commit with LedgerFenceError unless
@@ -14,9 +16,10 @@ another query id under this sink id stop the commit with LedgerFenceError unless
 BatchCommitWriteStreams the winning streams (their rows become visible in the staging
 table only), then one multi-statement transaction: if the ledger has no row for this
 sink id and batch, delete the target's rows (overwrite only), INSERT the target's
-columns from the staging rows of the winning tokens, INSERT the ledger row, prune old
-ledger rows, COMMIT. Then the staging rows of the batch (failed attempts' too) and
-staging rows older than ``staging_max_age_hours`` are deleted. A driver that dies
+columns from the staging rows of the winning tokens, INSERT the ledger row (with the
+micro-batch's commit record), prune old ledger rows, COMMIT. Then the staging rows of the
+batch (failed attempts' too) and staging rows older than ``staging_max_age_hours`` are
+deleted. A driver that dies
 anywhere in between leaves either no ledger row (a replay stages anew and commits its
 own tokens only) or a ledger row (a replay is skipped): every row exactly once.
 
@@ -32,16 +35,19 @@ from typing import ClassVar
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.errors import OptionError
+from quixsinks.core.commits import CommitRecord
+from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .client import import_bigquery
-from .ddl import check_dataset, ensure_table
+from .ddl import ColumnConflict, check_dataset, ensure_table
+from .ledger import commit_records
 from .modes import WriteMode, write_mode
 from .options import BigQueryOptions
 from .schema import BQField, Column, column_plan
 from .streams import StagedStream, append
-from .wire import batch_table, with_all_columns
+from .wire import RowsRefused, with_all_columns
+from .writing import chunked, converted, refused
 
 __all__ = ["BigQuerySink", "StagedStream"]
 
@@ -138,19 +144,49 @@ class BigQuerySink(Sink[BigQueryOptions, StagedStream]):
                 json_columns=self.options.json_columns,
             )
         mode = self.mode
-        target = self._ensure_target(columns)
+        try:
+            target = self._ensure_target(columns)
+        except ColumnConflict as exc:
+            if self.columns is not None:
+                raise
+            # JSON values: the rows' own types conflict with the table's; write() is
+            # called again on halves of the batch, down to the rows that conflict
+            raise RecordError(f"bigquery: {exc}") from exc
         fields = mode.ensure(target)
-        table_id, data, token = mode.stage(batch_table(batch, columns, target), batch.context)
+        batch, data = converted(batch, columns, target)
+        table_id, data, token = mode.stage(data, batch.context)
         data = with_all_columns(data, fields)
-        stream, requests = append(self.options, table_id, data)
-        batch.count("append_requests", requests)
-        return StagedStream(stream, table_id, token, data.num_rows, tuple(c.name for c in columns))
+        while data.num_rows:
+            batch, data, records = chunked(batch, data, self.options.max_request_bytes)
+            if not records:
+                break
+            try:
+                stream = append(self.options, table_id, data.schema, records)
+            except RowsRefused as exc:  # the stream stays unfinalized: never visible
+                batch, data = refused(batch, data, exc)
+                continue
+            batch.count("append_requests", len(records))
+            written = tuple(c.name for c in columns)
+            return StagedStream(stream, table_id, token, data.num_rows, written)
+        return None
 
     # ------------------------------------------------------------------ driver: commit
 
     def commit(self, context: CommitContext, receipts: list[Receipt[StagedStream]]) -> None:
         streams = [s for r in sorted(receipts, key=lambda r: r.partition_id) for s in r.staged]
-        self.mode.commit(context, streams, overwrite=self.overwrite)
+        self.mode.commit(
+            context,
+            streams,
+            overwrite=self.overwrite,
+            record=lambda: context.commit_record(list(receipts)).to_json(),
+        )
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedStream]]) -> None:
         self.mode.abort(context)
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records in the ledger table (``write_mode=exactly-once``), oldest
+        first; ``write_mode=direct`` keeps no ledger."""
+        if not self.options.exactly_once:
+            return super().commit_records(sink_id)
+        return commit_records(self.options, sink_id)

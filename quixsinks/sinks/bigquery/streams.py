@@ -12,7 +12,7 @@ from quixsinks.core.errors import CommitError, QuixSinksError
 
 from .client import clients, translate, write_retry
 from .options import BigQueryOptions, split_table_id
-from .wire import append_requests, check_append, chunks
+from .wire import append_requests, check_append
 
 __all__ = ["StagedStream", "append", "commit_streams"]
 
@@ -34,13 +34,18 @@ def _parent(table_id: str) -> str:
     return f"projects/{project}/datasets/{dataset}/tables/{table}"
 
 
-def append(options: BigQueryOptions, table_id: str, data: pa.Table) -> tuple[str, int]:
-    """Append ``data`` to a new PENDING stream on ``table_id`` and finalize it: the stream's
-    name and the append requests it took."""
+def append(
+    options: BigQueryOptions, table_id: str, schema: pa.Schema, records: Sequence[pa.RecordBatch]
+) -> str:
+    """Append ``records`` (see :func:`.wire.chunks`) to a new PENDING stream on ``table_id``
+    and finalize it: the stream's name. :class:`.wire.RowsRefused` names the rows BigQuery
+    refused (the stream is then left unfinalized: never committed, never visible)."""
     from google.cloud.bigquery_storage_v1 import types
 
     where = f"bigquery table {table_id}"
-    records = list(chunks(data, options.max_request_bytes))
+    offsets = [0]
+    for record in records:
+        offsets.append(offsets[-1] + record.num_rows)
     retry = write_retry(options)
     try:
         write = clients(options).write
@@ -51,18 +56,18 @@ def append(options: BigQueryOptions, table_id: str, data: pa.Table) -> tuple[str
             retry=retry,
         )
         responses = write.append_rows(
-            append_requests(stream.name, data.schema, records),
+            append_requests(stream.name, schema, records),
             timeout=options.insert_timeout * max(1, len(records)),
             retry=retry,
         )
-        for response in responses:
-            check_append(response, where)
+        for i, response in enumerate(responses):
+            check_append(response, where, offsets[min(i, len(records) - 1)])
         write.finalize_write_stream(name=stream.name, timeout=options.ddl_timeout, retry=retry)
     except QuixSinksError:
         raise
     except Exception as exc:
         raise translate(exc, where) from exc
-    return str(stream.name), len(records)
+    return str(stream.name)
 
 
 def commit_streams(

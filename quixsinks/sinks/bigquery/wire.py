@@ -19,6 +19,7 @@ from quixsinks.core.errors import DestinationError, RecordError
 from .schema import STAGED_AT_COLUMN, TOKEN_COLUMN, BQField, Column, arrow_schema, convert
 
 __all__ = [
+    "RowsRefused",
     "append_requests",
     "batch_table",
     "check_append",
@@ -119,16 +120,32 @@ def append_requests(
         yield request
 
 
-def check_append(response: Any, where: str) -> None:
-    """RecordError for a row the append refused, DestinationError for another refusal."""
+class RowsRefused(RecordError):
+    """An append BigQuery refused for some of its rows (the response's ``row_errors``).
+
+    Attributes:
+        refused: (row, message) per refused row; ``row`` indexes the appended table (the
+            request's offset added to the response's row index).
+    """
+
+    def __init__(self, message: str, refused: Sequence[tuple[int, str]]) -> None:
+        super().__init__(message, row=refused[0][0] if refused else None)
+        self.refused = list(refused)
+        self._kwargs["refused"] = self.refused  # pickled with it
+
+
+def check_append(response: Any, where: str, offset: int = 0) -> None:
+    """:class:`RowsRefused` naming every row an append refused (``row_errors``; ``offset``:
+    the request's first row), DestinationError for a refusal of the whole request."""
     pb = getattr(response, "_pb", response)
+    if pb.row_errors:
+        refused = [(offset + int(e.index), str(e.message)) for e in pb.row_errors]
+        row, message = refused[0]
+        more = f" (and {len(refused) - 1} more rows)" if len(refused) > 1 else ""
+        raise RowsRefused(
+            f"{where}: BigQuery refused row {row} of an append: {message}{more}", refused
+        )
     if pb.HasField("error") and pb.error.code not in (0, _ALREADY_EXISTS):
-        if pb.row_errors:
-            first = pb.row_errors[0]
-            raise RecordError(
-                f"{where}: BigQuery refused row {first.index} of an append: {first.message}",
-                row=int(first.index),
-            )
         raise DestinationError(
             f"{where}: append refused (code {pb.error.code}): {pb.error.message}", location=where
         )

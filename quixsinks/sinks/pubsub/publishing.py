@@ -113,6 +113,8 @@ class RoundSender:
                 row = chunk[index].row
                 found = translate(error, self.topic, timeout=self.publish_timeout, rows=(row, row))
                 if not isinstance(found, RetryableError):
+                    if chunk[index].ordering_key:  # paused by the client: resumed next send
+                        self.paused.add(chunk[index].ordering_key)
                     raise found
             refused.append(index)
             reasons.append(f"{type(error).__name__}: {error}")

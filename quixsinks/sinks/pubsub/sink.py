@@ -7,8 +7,10 @@ Executor: each SinkBatch becomes messages (data, attributes, ordering key) built
 ``attributes_columns`` and ``qs_dedupe_id``, a deterministic id of the message's content
 and either its Kafka topic, partition and offset or its position in the Spark partition
 (:class:`~quixsinks.core.delivery.DedupeIds`), the same when the batch is replayed. A
-message over 10,000,000 bytes is a RecordError naming its row, before anything of the
-batch is published.
+row that cannot be a message (over one of Pub/Sub's limits, :mod:`.wire`) is refused
+(``on_error``) before anything of it is published; a message the service refuses
+(INVALID_ARGUMENT) is narrowed down by publishing its request again in halves
+(:mod:`.refusals`).
 
 Messages go through one cached ``PublisherClient`` per process and settings (its batch and
 flow-control options), in rounds of ``round_messages``: a round publishes its messages,
@@ -34,21 +36,30 @@ replayed micro-batch publishes its messages again, with the same ``qs_dedupe_id`
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
 from quixsinks.core.delivery import DedupeIds, deliver
-from quixsinks.core.errors import OptionError
+from quixsinks.core.errors import DestinationError, OptionError, RecordError
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import Sink, Task
 
 from .client import PubSubTopicNotFoundError, import_pubsub, publisher, translate
 from .options import PubSubOptions
 from .publishing import RequestSender, RoundSender, wire_size
+from .refusals import deliver_isolating, encodable_rows
 from .wire import Encoder, Frame, Message, name_problem
 
 __all__ = ["PubSubSink", "PubSubTopicNotFoundError"]
+
+M = TypeVar("M", Frame, Message)
+
+
+def _message_row(message: Message) -> int:
+    return message.row
 
 
 class PubSubSink(Sink[PubSubOptions, None]):
@@ -165,11 +176,12 @@ class PubSubSink(Sink[PubSubOptions, None]):
         what = f"pubsub {self.topic_path}"
         if opts.ordering_key_column is None:
             # no order to keep: PublishRequests serialized here, sent on the client's channel
-            frames = self.frames(batch, task.state["dedupe"], row0)
+            frames, rows = self.encoded(batch, task, row0, self.frames)
             requests = RequestSender(client, self.topic_path, opts.publish_timeout)
-            for start in range(0, len(frames), opts.round_messages):
+
+            def send_frames(round_: Sequence[Frame]) -> None:
                 deliver(
-                    frames[start : start + opts.round_messages],
+                    round_,
                     requests.send,
                     task.policy,
                     what=what,
@@ -179,21 +191,77 @@ class PubSubSink(Sink[PubSubOptions, None]):
                     max_chunk_size=opts.max_bytes - len(self.topic_path) - 16,
                     stats=task.stats,
                 )
-            batch.count("published", len(frames))
+
+            published = self.publish(batch, frames, rows, row0, send_frames, lambda f: f[0])
+            batch.count("published", published)
             return
-        messages = self.messages(batch, task.state["dedupe"], row0)
+        messages, rows = self.encoded(batch, task, row0, self.messages)
+        published = 0
         for start in range(0, len(messages), opts.round_messages):
-            round_ = messages[start : start + opts.round_messages]
             sender = RoundSender(client, self.topic_path, opts.flush_timeout, opts.publish_timeout)
-            deliver(
-                round_,
-                sender.send,
-                task.policy,
-                what=what,
-                chunk_size=len(round_),
-                stats=task.stats,
+
+            def send_messages(round_: Sequence[Message], sender: RoundSender = sender) -> None:
+                deliver(
+                    round_,
+                    sender.send,
+                    task.policy,
+                    what=what,
+                    chunk_size=len(round_),
+                    stats=task.stats,
+                )
+
+            round_ = messages[start : start + opts.round_messages]
+            published += self.publish(batch, round_, rows, row0, send_messages, _message_row)
+        batch.count("published", published)
+
+    def encoded(
+        self, batch: Any, task: Task, row0: int, build: Callable[[Any, DedupeIds, int], list[M]]
+    ) -> tuple[list[M], list[int] | None]:
+        """The batch's messages (``build``: :meth:`frames` or :meth:`messages`) less the rows
+        that cannot be one (refused, see :mod:`.refusals`), and the batch row of each
+        message when some were refused (None: message i is row i)."""
+        dedupe: DedupeIds = task.state["dedupe"]
+        before = dedupe.copy()
+        try:
+            return build(batch, dedupe, row0), None
+        except RecordError:
+            task.state["dedupe"] = dedupe = before  # the failed build's ids never went out
+        probe = DedupeIds("probe", 0, 0)
+        rows = encodable_rows(
+            batch, row0, lambda piece, first: build(piece, probe, first), batch.refuse
+        )
+        if not rows:
+            return [], rows
+        kept = dataclasses.replace(
+            batch, table=batch.table.take(pa.array(rows, pa.int64())), _values=None
+        )
+        return build(kept, dedupe, row0), rows
+
+    def publish(
+        self,
+        batch: Any,
+        items: Sequence[M],
+        rows: list[int] | None,
+        row0: int,
+        send: Callable[[Sequence[M]], None],
+        row_of: Callable[[M], int],
+    ) -> int:
+        """Publish ``items`` with ``send``; a message Pub/Sub refuses (INVALID_ARGUMENT)
+        is refused (``on_error``) unless every message was: that is no row's fault, and
+        fails the batch. The messages published."""
+        refused = deliver_isolating(items, send)
+        if not refused:
+            return len(items)
+        if len(refused) == len(items) and len(items) > 1:
+            raise DestinationError(
+                f"pubsub: {self.topic_path} refused every message of a round, so not for "
+                f"what one holds: {refused[0][1]}",
+                location=self.topic_path,
             )
-        batch.count("published", len(messages))
+        for item, error in refused:
+            number = row_of(item) - row0
+            batch.refuse(number if rows is None else rows[number], error)
+        return len(items) - len(refused)
 
     def requests_in_flight(self) -> int:
         """Publish requests a task has on the wire at once (the outstanding limits)."""
