@@ -68,6 +68,7 @@ __all__ = [
     "dead_letter_staging",
     "describe_row",
     "publish_dead_letters",
+    "refusals_of",
     "row_object",
     "write_isolating",
 ]
@@ -222,6 +223,12 @@ class Refusals:
             self._spool = None
 
 
+def refusals_of(batch: SinkBatch) -> Refusals:
+    """The refusals of ``batch``'s task (a fail-mode one when it has no task: a direct
+    ``write`` outside Spark)."""
+    return batch.task.refusals if batch.task is not None else Refusals("")
+
+
 def dead_letter_name(prefix: str, batch_id: int, partition_id: int) -> str:
     """The published name of one task's dead letters: fixed by sink id (and query), batch
     id and partition; the batch's marker decides which attempt's files are published."""
@@ -271,8 +278,7 @@ def without_unparseable(batch: SinkBatch) -> SinkBatch | None:
         return batch
     except RecordError:
         pass
-    refusals = batch.task.refusals if batch.task is not None else Refusals("")
-    good = write_isolating(batch, _parsed, refusals)
+    good = write_isolating(batch, _parsed, refusals_of(batch))
     if not good:
         return None
     table = pa.concat_tables([piece.table for piece in good])

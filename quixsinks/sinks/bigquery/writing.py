@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.deadletters import write_isolating
+from quixsinks.core.deadletters import refusals_of, write_isolating
 from quixsinks.core.errors import DestinationError, RecordError
 
 from .schema import BQField, Column
@@ -39,7 +39,7 @@ def converted(
     pieces: list[tuple[SinkBatch, pa.Table]] = write_isolating(
         batch,
         lambda piece: (piece, batch_table(piece, columns, target)),
-        lambda piece, row, error: piece.refuse(row, error),
+        refusals_of(batch),
     )
     if len(pieces) == 1 and pieces[0][0].num_rows == batch.num_rows:
         return pieces[0]
@@ -50,7 +50,7 @@ def converted(
     merged = dataclasses.replace(
         batch,
         table=pa.concat_tables([p.table for p in kept]),
-        _values=pa.concat_tables([p.values() for p in kept]),
+        _values=None,  # JSON values are typed per piece: parsed again, as one batch
     )
     return merged, pa.concat_tables([data for _, data in pieces])
 
