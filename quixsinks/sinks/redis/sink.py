@@ -171,7 +171,8 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
             refused += retried(task, functools.partial(client.send, group, commands.keys), what)
             sent += replies
         batch.count("commands", sent)
-        written = len(commands.data) - int(pc.sum(pc.equal(counts, 0)).as_py()) - len(refused)
+        empty = int(pc.sum(pc.equal(counts, 0)).as_py() or 0)
+        written = len(commands.data) - empty - len(refused)
         batch.count("rows_written", written)
         return Sent(sent, refused)
 
