@@ -38,6 +38,7 @@ from .ledger import Ledger, LedgerEntry, LedgerStore, RecordingLedgerStore
 from .options import OptionSpec, SinkOptions, option
 from .publish import AppendPublisher, FilePublisher, PublishResult, StagedFile, StagingArea
 from .records import RecordSchema
+from .rowchecks import RowChecks
 from .s3 import S3Destination
 from .sink import BatchingSink, CommitContext, CommonOptions, LedgerOptions, Receipt, Sink, Task
 from .timeouts import StreamTimeoutTracker
@@ -91,6 +92,7 @@ __all__ = [
     "RetryPolicy",
     "RetryStats",
     "RetryableError",
+    "RowChecks",
     "S3BucketAccessDeniedError",
     "S3BucketNotFoundError",
     "S3Destination",

@@ -418,7 +418,8 @@ def test_a_list_commit_onto_a_key_of_another_type_appends_nothing(
     r, p = redis_sink["client"], redis_sink["prefix"]
     r.set(p + "g1", "x")
     df = spark.sql("SELECT concat('g', cast(id % 2 AS string)) AS key, id FROM range(6)")
-    with pytest.raises(Exception, match=r"the key '.*g1' holds a value of another type"):
+    # refused before staging, naming the row (on_error=fail)
+    with pytest.raises(Exception, match=r"the key '.*g1' \(row \d+\) holds a value of another"):
         write(df, redis_sink, data_type="list")
     assert r.llen(p + "g0") == 0
     assert r.keys(p + "_quixsinks:staging:*") == []

@@ -119,7 +119,12 @@ def translate(
 
 def refused(answer: dict[str, Any], sent: int, *, where: str, stream: str) -> list[int]:
     """Indices of the records of a PutRecords answer to resend (throttled, an internal
-    failure, or an unknown code); a permanent per-record error (KMS) fails the task."""
+    failure, or an unknown code); a permanent per-record error (KMS) fails the task.
+
+    No per-record ErrorCode of PutRecords is about the record's content (they are
+    throttling, internal failures and the stream's KMS key): none is a row-level refusal.
+    What Kinesis refuses for a record's content (size, partition key, hash key) it refuses
+    for the whole call, so :mod:`.wire` checks those before sending."""
     results = answer.get("Records") or []
     if len(results) != sent:
         raise RetryableError(

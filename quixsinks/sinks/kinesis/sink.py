@@ -3,7 +3,8 @@
 Executor: each SinkBatch becomes PutRecords entries (``wire.encode``: data, partition key,
 optional explicit hash key, and a deterministic dedupe id a consumer can drop the duplicates
 of an at-least-once resend by; each record checked against Kinesis's limits first: an
-offender is a RecordError naming its row, or is skipped and counted). The entries go out
+offender is refused by its row, as ``on_error`` says, or skipped and counted with
+``invalid_records=skip``). The entries go out
 through ``core.delivery.deliver``: requests of at most 500 records and 5 MiB,
 ``max_inflight`` at once; the entries answered with an ``ErrorCode`` (throttling, internal
 failure) are resent alone, in their order, with the RetryPolicy's backoff; a whole call
@@ -169,10 +170,10 @@ class KinesisSink(Sink[KinesisOptions, None]):
     def write(self, batch: SinkBatch) -> None:
         task = self.task_of(batch)
         row0 = int(task.state.get("row0", 0))
-        task.state["row0"] = row0 + batch.num_rows
         if batch.num_rows == 0:
             return
         entries = self.entries(batch, task.state["dedupe"], row0)
+        task.state["row0"] = row0 + batch.num_rows
         if not entries:
             return
         opts = self.options
@@ -203,8 +204,9 @@ class KinesisSink(Sink[KinesisOptions, None]):
     # ------------------------------------------------------------------ entries
 
     def entries(self, batch: SinkBatch, dedupe: DedupeIds, row0: int = 0) -> list[dict[str, Any]]:
-        """The PutRecords entries of a batch: limits checked, dedupe ids placed; records
-        skipped for breaking a limit are logged and counted."""
+        """The PutRecords entries of a batch: limits checked, dedupe ids placed. A row
+        Kinesis would refuse is refused (``on_error``) before anything is sent; with
+        ``invalid_records=skip`` one breaking a limit is skipped, logged and counted."""
         out, skipped = encode(
             batch,
             self.options,

@@ -9,8 +9,11 @@ functions: no client, no server.
 
 Kinesis refuses a whole PutRecords call when one of its records breaks a limit, and the
 answer does not say which record; so every record is checked here first, vectorised in
-Arrow, and the first one that breaks a limit is named by its row (or the offenders are
-skipped and counted, by option). The limits are the strictest of the real service's:
+Arrow, and each one that breaks a limit is refused by its row before anything is sent
+(``batch.refuse``: ``on_error`` fails naming it, skips it or dead-letters it), unless
+``invalid_records=skip`` skips and counts it (the per-sink option wins). A null partition
+key (with ``null_partition_keys=error``) and a null ``data_column`` are refused the same
+way. The limits are the strictest of the real service's:
 
 - a request: at most 500 records and 5 MiB (data and partition keys together);
 - a record: at most 1 MiB, its data and its partition key (UTF-8 bytes) together;
@@ -21,6 +24,7 @@ skipped and counted, by option). The limits are the strictest of the real servic
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +32,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quixsinks.core.arrow import (
-    first_null,
     first_true,
     returned_bytes,
 )
@@ -37,6 +40,7 @@ from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
 from quixsinks.core.formats import csv_keys, json_objects
 from quixsinks.core.options import load_callable
+from quixsinks.core.rowchecks import RowChecks
 
 from .options import KinesisOptions
 
@@ -70,13 +74,31 @@ class Problem:
         mask: True for each record that breaks a limit.
         count: how many do.
         row: the first one's index.
-        reason: why the first one is refused, for a message.
+        reasons: per limit, the records breaking it and why a record does.
     """
 
     mask: pa.Array
     count: int
     row: int
-    reason: str
+    reasons: tuple[tuple[pa.Array, Callable[[int], str]], ...] = ()
+
+    @property
+    def reason(self) -> str:
+        """Why the first offending record is refused, for a message."""
+        return self.reason_of(self.row)
+
+    def reason_of(self, row: int) -> str:
+        """Why record ``row`` is refused ("" when it breaks no limit)."""
+        return "; ".join(why(row) for check, why in self.reasons if check[row].as_py())
+
+    def narrowed(self, mask: pa.Array) -> Problem | None:
+        """The same problem for the records of ``mask`` only; None when there are none."""
+        mask = pc.fill_null(mask, False)
+        count = int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+        row = first_true(mask)
+        if not count or row is None:
+            return None
+        return Problem(mask, count, row, self.reasons)
 
 
 def entry_size(entry: dict[str, Any]) -> int:
@@ -121,26 +143,40 @@ def find_problems(data: pa.Array, keys: pa.Array, hash_keys: pa.Array | None) ->
         return None
     row = first_true(mask)
     assert row is not None
-    reasons = []
+    reasons: list[tuple[pa.Array, Callable[[int], str]]] = []
     for check, kind in checks:
-        if check[row].as_py():
-            if kind == "size":
-                reasons.append(
-                    f"the record is {size[row].as_py()} bytes with its partition key; Kinesis "
-                    f"takes at most {MAX_RECORD_BYTES} (1 MiB)"
+        if kind == "size":
+            reasons.append(
+                (
+                    check,
+                    lambda r: (
+                        f"the record is {size[r].as_py()} bytes with its partition key; "
+                        f"Kinesis takes at most {MAX_RECORD_BYTES} (1 MiB)"
+                    ),
                 )
-            elif kind == "key":
-                reasons.append(
-                    f"its partition key has {key_chars[row].as_py()} characters; Kinesis takes "
-                    f"1 to {MAX_KEY_CHARS}"
+            )
+        elif kind == "key":
+            reasons.append(
+                (
+                    check,
+                    lambda r: (
+                        f"its partition key has {key_chars[r].as_py()} characters; "
+                        f"Kinesis takes 1 to {MAX_KEY_CHARS}"
+                    ),
                 )
-            else:
-                shown = hash_keys[row].as_py() if hash_keys is not None else None
-                reasons.append(
-                    f"its explicit hash key {_clip(shown)!r} is not a decimal integer from 0 to "
-                    "2^128-1"
-                )
-    return Problem(mask, count, row, "; ".join(reasons))
+            )
+        else:
+            assert hash_keys is not None
+            reasons.append((pc.fill_null(check, False), _hash_key_reason(hash_keys)))
+    return Problem(mask, count, row, tuple(reasons))
+
+
+def _hash_key_reason(hash_keys: pa.Array) -> Callable[[int], str]:
+    def why(row: int) -> str:
+        shown = _clip(hash_keys[row].as_py())
+        return f"its explicit hash key {shown!r} is not a decimal integer from 0 to 2^128-1"
+
+    return why
 
 
 def _bad_hash_keys(hash_keys: pa.Array) -> pa.Array:
@@ -189,7 +225,8 @@ def encode(
     Raises:
         RecordError: a row breaks a rule and the options say to fail.
     """
-    data = _data(batch, options)
+    checks = RowChecks(batch)
+    data = _data(batch, options, checks)
     keys = _keys(batch, options, key_column)
     hash_keys = (
         hash_key_text(batch.column(options.explicit_hash_key_column))
@@ -206,16 +243,17 @@ def encode(
     coordinates = kafka_coordinates(batch) if kafka else None
     ids = pa.array(dedupe.ids(content.to_pylist(), coordinates), pa.string())
 
-    null_row = first_null(keys)
-    if null_row is not None:
+    if keys.null_count:
         if options.null_partition_keys == "error":
-            raise RecordError(
-                f"kinesis: row {row0 + null_row} of batch {batch.batch_id} partition "
-                f"{batch.partition_id} has a null partition key (column "
-                f"{key_column!r}); set null_partition_keys=dedupe_id to use the "
-                "record's dedupe id as its partition key",
-                column=key_column,
-                row=row0 + null_row,
+            checks.add(
+                pc.is_null(keys),
+                lambda row: (
+                    f"kinesis: row {row0 + row} of batch {batch.batch_id} partition "
+                    f"{batch.partition_id} has a null partition key (column {key_column!r}); set "
+                    "null_partition_keys=dedupe_id to use the record's dedupe id as its partition "
+                    "key"
+                ),
+                key_column,
             )
         keys = pc.coalesce(keys, ids)
 
@@ -226,18 +264,28 @@ def encode(
         data = _with_field(data, ids, options.dedupe_id_field)
 
     problem = find_problems(data, keys, hash_keys)
+    skipped: Problem | None = None
     if problem is not None:
         if options.invalid_records == "error":
-            key = keys[problem.row].as_py()
-            shown = key if len(key) <= 60 else key[:60] + "..."
-            raise RecordError(
-                f"kinesis: row {row0 + problem.row} of batch {batch.batch_id} partition "
-                f"{batch.partition_id} (partition key {shown!r}) cannot be put: "
-                f"{problem.reason}. {problem.count} record(s) of this batch break a limit; "
-                "set invalid_records=skip to skip and count them",
-                row=row0 + problem.row,
+            checks.add(
+                problem.mask,
+                lambda row: (
+                    f"kinesis: row {row0 + row} of batch {batch.batch_id} partition "
+                    f"{batch.partition_id} (partition key {_clip(keys[row].as_py())!r}) cannot be "
+                    f"put: {problem.reason_of(row)} (invalid_records=skip skips such records)"
+                ),
             )
-        keep = pc.invert(problem.mask)
+        else:  # invalid_records=skip wins over on_error: counted, never dead-lettered
+            refused = checks.mask
+            mask = problem.mask if refused is None else pc.and_(problem.mask, pc.invert(refused))
+            skipped = problem.narrowed(mask)
+    drop = checks.mask
+    if checks:
+        checks.refuse()  # on_error: fail naming the first row, skip, or dead-letter
+    if skipped is not None:
+        drop = skipped.mask if drop is None else pc.or_(drop, skipped.mask)
+    if drop is not None:
+        keep = pc.invert(drop)
         data, keys = data.filter(keep), keys.filter(keep)
         hash_keys = hash_keys.filter(keep) if hash_keys is not None else None
 
@@ -249,24 +297,28 @@ def encode(
         for entry, h in zip(out, hash_keys.to_pylist(), strict=True):
             if h is not None:
                 entry["ExplicitHashKey"] = h
-    return out, problem
+    return out, skipped
 
 
-def _data(batch: SinkBatch, options: KinesisOptions) -> pa.Array:
-    """Each record's data, binary, no nulls."""
+def _data(batch: SinkBatch, options: KinesisOptions, checks: RowChecks) -> pa.Array:
+    """Each record's data, binary, no nulls (a null ``data_column`` is refused, its row's
+    data left empty until then)."""
     if options.data_column is not None:
         column = batch.column(options.data_column)
-        row = first_null(column)
-        if row is not None:
-            raise RecordError(
-                f"kinesis: 'data_column' {options.data_column!r} is null in row {row} of batch "
-                f"{batch.batch_id} partition {batch.partition_id}; a record needs data",
-                column=options.data_column,
-                row=row,
+        if column.null_count:
+            name = options.data_column
+            checks.add(
+                pc.is_null(column),
+                lambda row: (
+                    f"kinesis: 'data_column' {name!r} is null in row {row} of batch "
+                    f"{batch.batch_id} partition {batch.partition_id}; a record needs data"
+                ),
+                name,
             )
         if pa.types.is_dictionary(column.type):
             column = column.dictionary_decode()
-        return pc.cast(pc.cast(column, pa.large_binary()), pa.binary())
+        data = pc.cast(pc.cast(column, pa.large_binary()), pa.binary())
+        return pc.fill_null(data, b"") if data.null_count else data
     if options.value_serializer is not None:
         fn = load_callable(options.value_serializer, option_name="value_serializer")
         return returned_bytes(

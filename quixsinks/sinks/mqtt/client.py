@@ -17,7 +17,8 @@ refused, reset or timed-out connections and the broker's "server unavailable/bus
 retryable; refused credentials are DestinationAccessDeniedError; a certificate that does not
 verify is the non-retryable error of :mod:`quixsinks.core.tls`; a per-message MQTT 5
 reason code of "topic name invalid", "payload format invalid" or "packet too large" is a
-RecordError; "not authorized" fails the task.
+row-level refusal of that message (``WindowResult.refused``: the sink refuses its row, as
+``on_error`` says, and does not resend it); "not authorized" fails the task.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
     QuixSinksError,
-    RecordError,
     RetryableError,
     timed_out,
 )
@@ -127,11 +127,18 @@ def refusal(code: int, name: str, what: str, opts: MQTTOptions) -> QuixSinksErro
 
 
 class WindowResult:
-    """What one window of publishes came to: the indices to resend, and why."""
+    """What one window of publishes came to: the indices to resend, and why; and the
+    messages the broker refused for their content (index into the window, reason)."""
 
-    def __init__(self, unacknowledged: list[int], reason: str | None) -> None:
+    def __init__(
+        self,
+        unacknowledged: list[int],
+        reason: str | None,
+        refused: list[tuple[int, str]] | None = None,
+    ) -> None:
         self.unacknowledged = unacknowledged
         self.reason = reason
+        self.refused = refused or []
 
 
 class Connection:
@@ -177,6 +184,7 @@ class Connection:
         self.closed = False
         self.connected = False  # a CONNACK accepted the connection
         self.receive_maximum = 65535  # MQTT 5 brokers may announce less in their CONNACK
+        self.maximum_packet_size: int | None = None  # MQTT 5 CONNACK: the broker's limit
 
     # -- callbacks (run inside client.loop(), in this thread) -------------------------------
 
@@ -187,6 +195,10 @@ class Connection:
         receive_maximum = getattr(props, "ReceiveMaximum", None) if props is not None else None
         if receive_maximum:
             self.receive_maximum = int(receive_maximum)
+        # MQTT 5: a larger packet makes the broker disconnect us; such rows are refused
+        maximum_packet = getattr(props, "MaximumPacketSize", None) if props is not None else None
+        if maximum_packet:
+            self.maximum_packet_size = int(maximum_packet)
 
     def _on_disconnect(
         self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any
@@ -325,16 +337,30 @@ class Connection:
                 )
             return WindowResult([], None)
         refused = sorted((pid - 1, code) for pid, code in codes.items() if code not in _RETRYABLE)
-        if refused:
+        row_level = [(i, code) for i, code in refused if code in _ROW_LEVEL]
+        if len(row_level) < len(refused):
             self._raise_refused(refused, messages, indices, what)
-        unacknowledged = [i for i in range(count) if not acked[i + 1] or (i + 1) in codes]
+        rejected = [(i, self._refusal(code, messages, indices[i], what)) for i, code in row_level]
+        done = {i for i, _ in row_level}
+        unacknowledged = [
+            i for i in range(count) if i not in done and (not acked[i + 1] or (i + 1) in codes)
+        ]
         if not unacknowledged:
-            return WindowResult([], None)
+            return WindowResult([], None, rejected)
         reason = self._lost or (
             f"{len(unacknowledged)} of {count} message(s) not acknowledged in "
             f"{opts.mqtt_flush_timeout_seconds:g} s (mqtt_flush_timeout_seconds)"
         )
-        return WindowResult(unacknowledged, reason)
+        return WindowResult(unacknowledged, reason, rejected)
+
+    def _refusal(self, code: int, messages: Messages, message: int, what: str) -> str:
+        """Why the broker refused one message for its content, for its dead letter."""
+        name = self.paho.ReasonCode(self.paho.PacketTypes.PUBACK, identifier=code).getName()
+        topic = str(messages.topics[message])
+        return (
+            f"{what}: the broker refused the message (topic {topic[:80]!r}) with reason "
+            f"code {code} ({name})"
+        )
 
     @staticmethod
     def _receive(sock: Any) -> bytes | None:
@@ -400,8 +426,6 @@ class Connection:
             f"{what}: the broker refused {len(refused)} message(s), the first (topic "
             f"{topic[:80]!r}) with reason code {code} ({name})"
         )
-        if code in _ROW_LEVEL:
-            raise RecordError(text)
         if code in _DENIED:
             raise DestinationAccessDeniedError(
                 f"{text}; check the broker's ACL for this user and topic", location=where(self.opts)

@@ -6,8 +6,10 @@ flag (a constant or a boolean column) and, with MQTT 5, the user properties from
 ``properties`` columns and ``qs_dedupe_id``, a deterministic id of the message's content and
 either its Kafka coordinates or its position in the Spark partition
 (:class:`~quixsinks.core.delivery.DedupeIds`), the same when the batch is replayed. A row MQTT
-cannot carry (a null key, a topic with a wildcard or NUL or over 65535 bytes, a payload over
-the protocol's limit) is a RecordError naming it, before anything of the batch is published.
+cannot carry (a null key, a topic with a wildcard or NUL or over 65535 bytes, a user
+property a broker refuses, a packet over the broker's Maximum Packet Size or the protocol's
+limit) is refused by its row before anything of the batch is published: ``on_error`` fails
+naming it, skips it or dead-letters it.
 
 The messages go through one connection per Python worker (``ClientCache``; a worker runs one
 task at a time) in windows of ``max_inflight``: a window is published back to back and its
@@ -33,12 +35,12 @@ import pyarrow as pa
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, client_key
 from quixsinks.core.delivery import DedupeIds, deliver
-from quixsinks.core.errors import DestinationError, OptionError, RetryableError
+from quixsinks.core.errors import DestinationError, OptionError, RecordError, RetryableError
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import Sink, Task
 
 from .client import Connection, import_client, where
-from .options import MQTTOptions
+from .options import MAX_PACKET_BYTES, MQTTOptions
 from .wire import Messages, build_messages
 
 __all__ = ["MQTTSink"]
@@ -186,12 +188,19 @@ class MQTTSink(Sink[MQTTOptions, None]):
     def write(self, batch: SinkBatch) -> None:
         task = self.task_of(batch)
         row0 = int(task.state.get("row0", 0))
-        task.state["row0"] = row0 + batch.num_rows
         if batch.num_rows == 0:
             return
-        messages = self.messages(batch, task.state.get("dedupe"), row0)
         what = f"{self._where}: publish (batch {batch.batch_id}, partition {batch.partition_id})"
+        limit = MAX_PACKET_BYTES
+        if self.options.version == "5":
+            # the broker's Maximum Packet Size (CONNACK): a row over it is refused, not sent
+            announced = task.retry(lambda: self._connection().maximum_packet_size, what=what)
+            limit = announced or limit
+        messages = self.messages(batch, task.state.get("dedupe"), row0, limit)
+        task.state["row0"] = row0 + batch.num_rows
         task.state["clean"] = False
+
+        rejected: dict[int, str] = {}  # message -> why the broker refused it (its content)
 
         def send(chunk: Sequence[int]) -> list[int]:
             connection = self._connection()
@@ -200,6 +209,8 @@ class MQTTSink(Sink[MQTTOptions, None]):
             except BaseException:
                 self._drop_connection()
                 raise
+            for index, text in result.refused:
+                rejected[chunk[index]] = text
             if result.unacknowledged:
                 # the old session may still acknowledge late: a new connection, new packet ids
                 self._drop_connection()
@@ -220,12 +231,28 @@ class MQTTSink(Sink[MQTTOptions, None]):
             stats=task.stats,
         )
         task.state["clean"] = True
-        batch.count("messages", len(messages))
+        rows = messages.batch if messages.batch is not None else batch
+        for message in sorted(rejected):  # after delivery: the others have landed
+            rows.refuse(message, RecordError(rejected[message], row=message))
+        batch.count("messages", len(messages) - len(rejected))
 
-    def messages(self, batch: SinkBatch, dedupe: DedupeIds | None, row0: int = 0) -> Messages:
-        """The messages of a batch: checked, dedupe ids placed (MQTT 5)."""
+    def messages(
+        self,
+        batch: SinkBatch,
+        dedupe: DedupeIds | None,
+        row0: int = 0,
+        max_packet_bytes: int = MAX_PACKET_BYTES,
+    ) -> Messages:
+        """The messages of a batch: checked (a row MQTT cannot carry is refused, as
+        ``on_error`` says), dedupe ids placed (MQTT 5)."""
         return build_messages(
-            self.options, batch, self.key_column, dedupe, row0, self.kafka_coordinates
+            self.options,
+            batch,
+            self.key_column,
+            dedupe,
+            row0,
+            self.kafka_coordinates,
+            max_packet_bytes,
         )
 
     def close(self, task: Task) -> None:

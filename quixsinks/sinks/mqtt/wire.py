@@ -17,12 +17,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import concat_rows, first_null, first_true, uint16_be, varints
+from quixsinks.core.arrow import concat_rows, uint16_be, varints
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
 from quixsinks.core.formats import csv_keys, decode_utf8_strict, json_objects
 from quixsinks.core.options import load_callable
+from quixsinks.core.rowchecks import RowChecks
 
 from .options import (
     MAX_PACKET_BYTES,
@@ -34,9 +35,6 @@ from .options import (
 )
 
 __all__ = ["Messages", "build_messages"]
-
-#: fixed header (5), topic length (2), packet id (2) and a margin for properties
-_PACKET_OVERHEAD = 64
 
 
 @dataclass
@@ -51,12 +49,14 @@ class Messages:
         head: fixed header, remaining length, topic length and topic.
         tail: the MQTT 5 properties (length first) and the payload.
         qos: the QoS of every message.
+        batch: the rows the messages come from, message ``i`` from row ``i``.
     """
 
     topics: pa.Array
     head: pa.Array
     tail: pa.Array
     qos: int
+    batch: SinkBatch | None = None  # the rows of the messages, one each (refused ones out)
 
     def __len__(self) -> int:
         return len(self.topics)
@@ -90,24 +90,22 @@ def build_messages(
     dedupe: DedupeIds | None,
     row0: int = 0,
     with_coordinates: bool = False,
+    max_packet_bytes: int = MAX_PACKET_BYTES,
 ) -> Messages:
-    """The messages of ``batch`` (rows ``row0``... of its task), checked, dedupe ids placed."""
-    topics = _topics(opts, batch, key_column, row0)
+    """The messages of ``batch`` (rows ``row0``... of its task), checked, dedupe ids placed.
+
+    A row MQTT cannot carry (a null key, a topic the protocol refuses, a user property a
+    broker refuses, a packet over ``max_packet_bytes``: the broker's Maximum Packet Size
+    or the protocol's limit) is refused by its row (``batch.refuse``: ``on_error``) and
+    left out, before anything is published."""
+    checks = RowChecks(batch)
+    topics = _topics(opts, batch, key_column, row0, checks)
     payloads = _payloads(opts, batch, row0)
-    sizes = pc.add(pc.binary_length(payloads), pc.binary_length(pc.cast(topics, pa.binary())))
-    too_big = pc.greater(sizes, MAX_PACKET_BYTES - _PACKET_OVERHEAD)
-    row = first_true(too_big)
-    if row is not None:
-        raise RecordError(
-            f"mqtt: {_where(batch, row0 + row)}: the message is {sizes[row].as_py()} bytes with "
-            f"its topic; an MQTT packet holds at most {MAX_PACKET_BYTES} bytes",
-            row=row0 + row,
-        )
     retain = _retain(opts, batch)
     rows = batch.num_rows
     properties: pa.Array | None = None
     if opts.version == "5":
-        properties = _user_properties(opts, batch, row0)
+        properties = _user_properties(opts, batch, row0, checks)
         if opts.dedupe_ids and dedupe is not None:
             content = pc.binary_join_element_wise(
                 pc.cast(topics, pa.binary()), payloads, b"\x00"
@@ -124,6 +122,39 @@ def build_messages(
     remaining = pc.add(pc.add(topic_length, 2 + (2 if opts.qos else 0)), pc.binary_length(payloads))
     if properties is not None:
         remaining = pc.add(remaining, pc.binary_length(properties))
+    # the fixed header: one byte, then the remaining length in 1 to 4 bytes
+    header = pc.add(
+        1,
+        pc.add(
+            1,
+            pc.add(
+                pc.cast(pc.greater(remaining, 127), pa.int64()),
+                pc.add(
+                    pc.cast(pc.greater(remaining, 16383), pa.int64()),
+                    pc.cast(pc.greater(remaining, 2097151), pa.int64()),
+                ),
+            ),
+        ),
+    )
+    packet = pc.add(pc.cast(remaining, pa.int64()), header)
+    limit = min(max_packet_bytes, MAX_PACKET_BYTES)
+    too_big = pc.greater(pc.cast(remaining, pa.int64()), MAX_PACKET_BYTES)
+    too_big = pc.or_(too_big, pc.greater(packet, limit))
+    if pc.any(too_big).as_py():
+        checks.add(
+            too_big,
+            lambda row: (
+                f"mqtt: {_where(batch, row0 + row)}: the message is "
+                f"{packet[row].as_py()} bytes as an MQTT packet; "
+                + (
+                    f"the broker takes at most {limit} (its Maximum Packet Size)"
+                    if limit < MAX_PACKET_BYTES
+                    else f"an MQTT packet holds at most {MAX_PACKET_BYTES} bytes"
+                )
+            ),
+        )
+        # a packet that will not be sent must still be encodable here
+        remaining = pc.if_else(too_big, 0, remaining)
     first = 0x30 | (opts.qos << 1)
     fixed = pc.if_else(
         retain, pa.scalar(bytes([first | 1]), pa.binary()), pa.scalar(bytes([first]), pa.binary())
@@ -134,7 +165,12 @@ def build_messages(
     tail = (
         payloads if properties is None else concat_rows([properties, payloads], rows, pa.binary())
     )
-    return Messages(topics, head, tail, opts.qos)
+    if checks:
+        drop = checks.mask
+        batch = checks.refuse()  # on_error: fail naming the first row, skip, or dead-letter
+        keep = pc.invert(drop)
+        topics, head, tail = topics.filter(keep), head.filter(keep), tail.filter(keep)
+    return Messages(topics, head, tail, opts.qos, batch)
 
 
 def _property_entry(name: bytes, values: pa.Array, rows: int) -> pa.Array:
@@ -143,8 +179,11 @@ def _property_entry(name: bytes, values: pa.Array, rows: int) -> pa.Array:
     return concat_rows([prefix, uint16_be(pc.binary_length(values)), values], rows, pa.binary())
 
 
-def _topics(opts: MQTTOptions, batch: SinkBatch, key_column: str | None, row0: int) -> pa.Array:
-    """``<topic_root>/<key>`` per row; RecordError for a null key or a topic MQTT refuses."""
+def _topics(
+    opts: MQTTOptions, batch: SinkBatch, key_column: str | None, row0: int, checks: RowChecks
+) -> pa.Array:
+    """``<topic_root>/<key>`` per row; a null key or a topic MQTT refuses goes to
+    ``checks`` (its topic is then a placeholder that is never published)."""
     if key_column is None:
         return pa.array([opts.topic_root] * batch.num_rows, pa.string())
     column = batch.column(key_column)
@@ -165,33 +204,42 @@ def _topics(opts: MQTTOptions, batch: SinkBatch, key_column: str | None, row0: i
         keys = decode_utf8_strict(pc.cast(column, pa.binary()), f"mqtt: key column {key_column!r}")
     else:
         keys = csv_keys(column)
-    row = first_null(keys)
-    if row is not None:
-        raise RecordError(
-            f"mqtt: {_where(batch, row0 + row)} has a null key (column {key_column!r}); the "
-            f"topic is <topic_root>/<key>: fill the key, or set key_column=none to publish "
-            f"every row to {opts.topic_root!r}",
-            column=key_column,
-            row=row0 + row,
+    null = pc.is_null(keys)
+    if keys.null_count:
+        checks.add(
+            null,
+            lambda row: (
+                f"mqtt: {_where(batch, row0 + row)} has a null key (column "
+                f"{key_column!r}); the topic is <topic_root>/<key>: fill the key, or set "
+                f"key_column=none to publish every row to {opts.topic_root!r}"
+            ),
+            key_column,
         )
+        keys = pc.fill_null(keys, "")
     topics = pc.binary_join_element_wise(opts.topic_root, keys, "/")
     bad = pc.or_(
         pc.or_(
             pc.match_substring_regex(topics, r"[+#]"),
             pc.match_substring_regex(topics, NOT_IN_STRINGS_RE2),
         ),
-        pc.greater(pc.binary_length(pc.cast(topics, pa.binary())), MAX_TOPIC_BYTES),
+        pc.or_(
+            pc.greater(pc.binary_length(pc.cast(topics, pa.binary())), MAX_TOPIC_BYTES),
+            pc.equal(pc.binary_length(pc.cast(topics, pa.binary())), 0),
+        ),
     )
-    row = first_true(bad)
-    if row is not None:
-        topic = topics[row].as_py()
-        shown = topic if len(topic) <= 80 else topic[:80] + "..."
-        raise RecordError(
-            f"mqtt: {_where(batch, row0 + row)}: the topic {shown!r} cannot be published to: "
-            f"{topic_problem(topic)} (key column {key_column!r})",
-            column=key_column,
-            row=row0 + row,
-        )
+    bad = pc.and_(bad, pc.invert(null))
+    if pc.any(bad).as_py():
+
+        def why(row: int, topics: pa.Array = topics) -> str:
+            topic = topics[row].as_py()
+            shown = topic if len(topic) <= 80 else topic[:80] + "..."
+            return (
+                f"mqtt: {_where(batch, row0 + row)}: the topic {shown!r} cannot be published "
+                f"to: {topic_problem(topic)} (key column {key_column!r})"
+            )
+
+        checks.add(bad, why, key_column)
+        topics = pc.if_else(bad, pa.scalar(opts.topic_root, pa.string()), topics)
     return topics
 
 
@@ -227,9 +275,9 @@ def _retain(opts: MQTTOptions, batch: SinkBatch) -> pa.Array:
     return pc.fill_null(column, False)
 
 
-def _user_properties(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array:
+def _user_properties(opts: MQTTOptions, batch: SinkBatch, row0: int, checks: RowChecks) -> pa.Array:
     """Each row's user properties (their encoded entries) from the ``properties`` columns;
-    null values are left out."""
+    null values are left out. A row holding a value a broker refuses goes to ``checks``."""
     rows = batch.num_rows
     names = opts.properties
     empty = pa.repeat(pa.scalar(b"", pa.binary()), rows)
@@ -237,63 +285,76 @@ def _user_properties(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array
         return empty
     if len(names) == 1 and pa.types.is_map(batch.column(names[0]).type):
         encoded: list[bytes] = []
+        bad: dict[int, str] = {}
         for offset, pairs in enumerate(batch.column(names[0]).to_pylist()):
             parts = []
             for name, value in pairs or ():
-                if value is not None:
-                    n = _text(name, names[0], batch, row0 + offset).encode()
-                    v = _text(value, names[0], batch, row0 + offset).encode()
-                    parts.append(
-                        b"\x26" + len(n).to_bytes(2, "big") + n + len(v).to_bytes(2, "big") + v
-                    )
+                if value is None:
+                    continue
+                n, problem = _text(name, names[0])
+                v, value_problem = _text(value, names[0])
+                problem = problem or value_problem
+                if problem:
+                    bad.setdefault(offset, problem)
+                    continue
+                nb, vb = n.encode(), v.encode()
+                parts.append(
+                    b"\x26" + len(nb).to_bytes(2, "big") + nb + len(vb).to_bytes(2, "big") + vb
+                )
             encoded.append(b"".join(parts))
+        if bad:
+            checks.add(
+                pa.array([i in bad for i in range(rows)], pa.bool_()),
+                lambda row: f"mqtt: {_where(batch, row0 + row)}: {bad[row]}",
+                names[0],
+            )
         return pa.array(encoded, pa.binary())
     pieces: list[pa.Array] = []
     for name in names:
         texts = csv_keys(batch.column(name))
-        _check_strings(texts, name, batch, row0)
+        _check_strings(texts, name, batch, row0, checks)
         values = pc.cast(pc.fill_null(texts, ""), pa.binary())
         entry = _property_entry(name.encode(), values, rows)
         pieces.append(pc.if_else(pc.is_valid(texts), entry, pa.scalar(b"", pa.binary())))
     return concat_rows(pieces, rows, pa.binary()) if len(pieces) > 1 else pieces[0]
 
 
-def _check_strings(texts: pa.Array, column: str, batch: SinkBatch, row0: int) -> None:
-    """RecordError naming the first row whose user property value a broker would refuse."""
-    row = first_true(pc.fill_null(pc.match_substring_regex(texts, NOT_IN_STRINGS_RE2), False))
-    if row is not None:
-        raise RecordError(
-            f"mqtt: {_where(batch, row0 + row)}: the user property {column!r} cannot be sent: "
-            f"{string_problem(texts[row].as_py())}",
-            column=column,
-            row=row0 + row,
-        )
+def _check_strings(
+    texts: pa.Array, column: str, batch: SinkBatch, row0: int, checks: RowChecks
+) -> None:
+    """The rows whose user property value a broker would refuse, to ``checks``."""
+    bad = pc.fill_null(pc.match_substring_regex(texts, NOT_IN_STRINGS_RE2), False)
+    too_long = pc.greater(pc.fill_null(pc.binary_length(pc.cast(texts, pa.binary())), 0), 65535)
+    bad = pc.or_(bad, too_long)
+    if pc.any(bad).as_py():
+
+        def why(row: int) -> str:
+            text = texts[row].as_py()
+            problem = string_problem(text) or (
+                f"it is {len(text.encode())} bytes; an MQTT string holds at most 65535"
+            )
+            return (
+                f"mqtt: {_where(batch, row0 + row)}: the user property {column!r} cannot be "
+                f"sent: {problem}"
+            )
+
+        checks.add(bad, why, column)
 
 
-def _text(value: Any, column: str, batch: SinkBatch, row: int) -> str:
-    text = _as_text(value, column, batch, row)
-    problem = string_problem(text)
-    if problem:
-        raise RecordError(
-            f"mqtt: {_where(batch, row)}: a user property of column {column!r} cannot be "
-            f"sent: {problem}",
-            column=column,
-            row=row,
-        )
-    return text
-
-
-def _as_text(value: Any, column: str, batch: SinkBatch, row: int) -> str:
-    if isinstance(value, str):
-        return value
+def _text(value: Any, column: str) -> tuple[str, str | None]:
+    """A map property's name or value as text, and why a broker would refuse it (or None)."""
     if isinstance(value, bytes):
         try:
-            return value.decode("utf-8")
+            value = value.decode("utf-8")
         except UnicodeDecodeError:
-            raise RecordError(
-                f"mqtt: {_where(batch, row)}: the properties column {column!r} holds bytes "
-                "that are not UTF-8; a user property is UTF-8 text",
-                column=column,
-                row=row,
-            ) from None
-    return str(value)
+            return "", (
+                f"the properties column {column!r} holds bytes that are not UTF-8; a user "
+                "property is UTF-8 text"
+            )
+    text = value if isinstance(value, str) else str(value)
+    problem = string_problem(text)
+    if problem is None and len(text.encode()) > 65535:
+        problem = f"it is {len(text.encode())} bytes; an MQTT string holds at most 65535"
+    if problem:
+        return "", f"a user property of column {column!r} cannot be sent: {problem}"
+    return text, None

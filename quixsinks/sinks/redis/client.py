@@ -13,8 +13,10 @@ code (its first word):
   safe to send again);
 * refused credentials (``AuthenticationError``, ``NOAUTH``, ``WRONGPASS``, ``NOPERM``):
   :class:`DestinationAccessDeniedError`, never retried;
-* ``ERR``/``WRONGTYPE`` for one row: :class:`RecordError` naming it; a database the server
-  does not have: an OptionError naming ``db``;
+* ``ERR``/``WRONGTYPE`` for one row's command: a row-level refusal of that row
+  (:meth:`RedisClient.send` returns it; the sink refuses the row as ``on_error`` says,
+  the other commands of the pipelines having been applied); a database the server does not
+  have: an OptionError naming ``db``;
 * a server certificate that does not verify: the non-retryable error of
   :mod:`quixsinks.core.tls`.
 """
@@ -241,40 +243,47 @@ class RedisClient:
 
     # ------------------------------------------------------------------ pipelines
 
-    def send(self, group: list[Window], keys: pa.Array, pool: Any = None) -> None:
-        """Send a group of pipelines and read their replies; the first error reply is raised,
-        naming its row (its key) where the row is known."""
+    def send(self, group: list[Window], keys: pa.Array, pool: Any = None) -> list[tuple[int, str]]:
+        """Send a group of pipelines and read their replies. Returns the rows whose own
+        command the server refused for what the row holds (``WRONGTYPE``, ``ERR``: row,
+        reason), every other command having been applied; any other error reply is
+        raised (the first one), naming its row where the row is known."""
         simple = self.options.data_type in SIMPLE_REPLIES
         errors = self.on_connection(functools.partial(exchange, group, simple=simple), pool)
-        if not errors:
-            return
-        window, index, message = errors[0]
-        row0, counts = group[window].row0, group[window].counts
-        if group[window].mset:  # one MSET: its reply names no key
-            last = row0 + len(counts) - 1
-            raise reply_error(f"{message} (MSET of rows {row0} to {last})", self.where)
-        # the reply index -> the row (rows may send several commands)
-        row, seen = row0, 0
-        for n in counts.to_pylist():
-            seen += n
-            if index < seen:
-                break
-            row += 1
-        key = keys[row].as_py()
-        shown = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-        if message.startswith("WRONGTYPE"):
-            raise RecordError(
-                f"{self.where}: the key {shown!r} (row {row}) holds a value of another "
-                f"type than {self.options.data_type} ({message}); delete it or write to "
-                "other keys (key_prefix)",
-                row=row,
-            )
-        raise reply_error(f"{message} (key {shown!r}, row {row})", self.where, row=row)
+        refused: dict[int, str] = {}
+        for window, index, message in errors:
+            row0, counts = group[window].row0, group[window].counts
+            if group[window].mset:  # one MSET: its reply names no key
+                last = row0 + len(counts) - 1
+                raise reply_error(f"{message} (MSET of rows {row0} to {last})", self.where)
+            # the reply index -> the row (rows may send several commands)
+            row, seen = row0, 0
+            for n in counts.to_pylist():
+                seen += n
+                if index < seen:
+                    break
+                row += 1
+            key = keys[row].as_py()
+            shown = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+            error = reply_error(f"{message} (key {shown!r}, row {row})", self.where, row=row)
+            if not isinstance(error, RecordError):
+                raise error
+            if message.startswith("WRONGTYPE"):
+                text = (
+                    f"{self.where}: the key {shown!r} (row {row}) holds a value of another "
+                    f"type than {self.options.data_type} ({message}); delete it or write to "
+                    "other keys (key_prefix)"
+                )
+            else:
+                text = error.message
+            refused.setdefault(row, text)
+        return sorted(refused.items())
 
-    def send_cluster(self, commands: Commands, rows_per_pipeline: int) -> None:
+    def send_cluster(self, commands: Commands, rows_per_pipeline: int) -> list[tuple[int, str]]:
         """Cluster: each row to the node serving its key's hash slot, in pipelines per node
         (every command of a row addresses one key). A MOVED reply refreshes the slot map
-        and the whole batch is sent again (overwrites: safe)."""
+        and the whole batch is sent again (overwrites: safe). Returns the rows refused
+        for what they hold, as :meth:`send` does."""
         from redis.crc import key_slot
 
         client = self.cluster()
@@ -285,19 +294,23 @@ class RedisClient:
             for k in commands.keys.to_pylist()
         ]
         node_of_row = pa.array(index, pa.int32())
+        refused: list[tuple[int, str]] = []
         try:
             for name, number in names.items():
                 mask = pc.equal(node_of_row, number)
+                rows = pc.indices_nonzero(mask).to_pylist()  # the node's rows in the batch
                 counts = commands.counts.filter(mask)
                 node_windows = windows(commands.data.filter(mask), counts, rows_per_pipeline)
                 pool = client.get_node(node_name=name).redis_connection.connection_pool
                 for first in range(0, len(node_windows), WINDOWS_PER_RETRY):
                     group = node_windows[first : first + WINDOWS_PER_RETRY]
-                    self.send(group, commands.keys.filter(mask), pool)
+                    for row, text in self.send(group, commands.keys.filter(mask), pool):
+                        refused.append((rows[row], text))
         except RetryableError as exc:
             if "MOVED" in exc.message or "ASK" in exc.message or "connection" in exc.message:
                 nodes.initialize()  # the slot map changed, or a node went away
             raise
+        return sorted(refused)
 
 
 def _simple(command: tuple[Any, ...], conn: Any) -> Any:

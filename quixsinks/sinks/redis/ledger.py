@@ -10,8 +10,9 @@ script that, atomically in Redis: checks the ledger hash
 (fencing) and for this batch; checks that every staging hash holds exactly the entries
 its receipt counts; checks that every target key is absent or of the right type; appends
 the staged entries in partition and row order; records the batch; prunes old entries;
-deletes the staging hashes. A replayed batch finds its ledger entry and only deletes its
-staging.
+deletes the staging hashes; and keeps the batch's commit record (JSON) in a parallel hash
+(``<key_prefix>_quixsinks:records:<sink id>``, pruned with the ledger). A replayed batch
+finds its ledger entry and only deletes its staging.
 
 The count check is what keeps a lost staging hash from becoming lost rows: a server that
 restarts without persistence (or within its fsync window), or a replica promoted without
@@ -35,6 +36,7 @@ __all__ = [
     "RedisLedgerStore",
     "StagedHash",
     "ledger_key",
+    "records_key",
     "registry_key",
     "staged_totals",
     "staging_key",
@@ -61,6 +63,12 @@ def staged_totals(staged: Iterable[StagedHash]) -> dict[str, int]:
 
 def ledger_key(prefix: str, sink_id: str) -> str:
     return f"{prefix}_quixsinks:ledger:{sink_id}"
+
+
+def records_key(prefix: str, sink_id: str) -> str:
+    """The commit records of a sink id: batch id -> the JSON record, written by the same
+    Lua commit as the ledger entry and pruned with it."""
+    return f"{prefix}_quixsinks:records:{sink_id}"
 
 
 def registry_key(prefix: str, name: str) -> str:
@@ -95,19 +103,22 @@ class RedisLedgerStore(LedgerStore):
         dropped = [k for k, v in entries.items() if v.decode() == query_id]
         if dropped:
             self.client.hdel(self._key(sink_id), *dropped)
+            self.client.hdel(records_key(self.prefix, sink_id), *dropped)
 
 
-#: KEYS: the ledger hash, the staging registry set, then the staging hashes in partition
-#: order (each once).
+#: KEYS: the ledger hash, the staging registry set, the commit records hash, then the
+#: staging hashes in partition order (each once).
 #: ARGV: batch id, query id, data type (list|stream), stream MAXLEN (0: none), batches kept,
-#: then per staging hash the entries its task staged (its fields are "0".."n-1").
+#: the batch's commit record (JSON; "": none), then per staging hash the entries its task
+#: staged (its fields are "0".."n-1").
 #: Entries: "<key length>\n<key>" then, for a list, the value; for a stream, per field
 #: "<name length>\n<name><value length>\n<value>".
 #: Returns {appended, ""}, {-1, owner query id} (fenced), {-2, key} (wrong type) or
 #: {-3, staging hash, entries expected, entries found, staging hashes short} (staging lost:
 #: nothing appended, the batch not recorded).
 COMMIT_SCRIPT = r"""
-local ledger, registry = KEYS[1], KEYS[2]
+local ledger, registry, records = KEYS[1], KEYS[2], KEYS[3]
+local record = ARGV[6]
 local batch, query, dtype = ARGV[1], ARGV[2], ARGV[3]
 local function sweep()
   for _, k in ipairs(redis.call('SMEMBERS', registry)) do
@@ -123,7 +134,7 @@ for _, owner in ipairs(redis.call('HVALS', ledger)) do
   if owner ~= query then return {-1, owner} end
 end
 if redis.call('HEXISTS', ledger, batch) == 1 then
-  for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+  for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
   sweep()
   return {0, ''}
 end
@@ -134,7 +145,7 @@ local function key_of(entry)
 end
 local staged = {}
 local short, first_short = 0, nil
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local expected = tonumber(ARGV[i + 3])
   local flat = redis.call('HGETALL', KEYS[i])
   local rows, found = {}, 0
@@ -193,13 +204,17 @@ for _, hash in ipairs(staged) do
   end
 end
 redis.call('HSET', ledger, batch, query)
+if record ~= '' then redis.call('HSET', records, batch, record) end
 local below = tonumber(batch) - keep
 if below > 0 then
   for _, b in ipairs(redis.call('HKEYS', ledger)) do
     if tonumber(b) < below then redis.call('HDEL', ledger, b) end
   end
+  for _, b in ipairs(redis.call('HKEYS', records)) do
+    if tonumber(b) < below then redis.call('HDEL', records, b) end
+  end
 end
-for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
 sweep()
 return {appended, ''}
 """

@@ -14,10 +14,13 @@ import functools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch, name_prefix
-from quixsinks.core.errors import CommitError, LedgerFenceError, RecordError
+from quixsinks.core.errors import CommitError, DestinationError, LedgerFenceError, RecordError
 from quixsinks.core.ledger import log_already_committed
 from quixsinks.core.sink import CommitContext, Receipt, Task, staged_in_order
 
@@ -27,6 +30,7 @@ from .ledger import (
     RedisLedgerStore,
     StagedHash,
     ledger_key,
+    records_key,
     registry_key,
     staged_totals,
     staging_key,
@@ -38,8 +42,17 @@ __all__ = ["Append", "Overwrite", "WriteMode", "write_mode"]
 
 R = TypeVar("R")
 
-#: sends a batch's commands (under the task's RetryPolicy), returns the commands sent
-Send = Callable[[SinkBatch, Commands], int]
+
+class Sent(NamedTuple):
+    """What sending a batch's commands came to: the commands sent, and the rows (of the
+    commands' batch) the server refused for what they hold, with why."""
+
+    commands: int
+    refused: list[tuple[int, str]]
+
+
+#: sends a batch's commands (under the task's RetryPolicy)
+Send = Callable[[SinkBatch, Commands], Sent]
 
 
 def retried(task: Task | None, fn: Callable[[], R], what: str) -> R:
@@ -79,7 +92,12 @@ class Overwrite(WriteMode):
         commands, skipped = encoder.commands(batch)
         if skipped:
             batch.count("skipped_null_keys", skipped)
-        send(batch, commands)
+        sent = send(batch, commands)
+        # every other row landed; an overwrite sent again (a task retry, a replay) is
+        # harmless, so a refusal never has to undo anything
+        rows = commands.batch if commands.batch is not None else batch
+        for row, why in sent.refused:
+            rows.refuse(row, RecordError(why, row=row))
         return None
 
     def check_fence(self, task: Task) -> None:
@@ -104,7 +122,10 @@ class Append(WriteMode):
         staging = staging_key(
             opts.key_prefix, ctx.name_prefix, ctx.batch_id, ctx.partition_id, ctx.attempt_id
         )
-        commands, skipped = encoder.staged_commands(batch, staging)
+        # a key of another type is refused here, before staging: the commit then finds
+        # every target key of the right type (unless one changes type in between)
+        check = functools.partial(self._wrong_type, task)
+        commands, skipped = encoder.staged_commands(batch, staging, check)
         # registered before any entry lands: the next commit deletes it if this attempt
         # dies; it also expires (staging_max_age_hours)
         registry = registry_key(opts.key_prefix, ctx.name_prefix)
@@ -115,12 +136,41 @@ class Append(WriteMode):
         if skipped:
             batch.count("skipped_null_keys", skipped)
         sent = send(batch, commands)
-        if not sent:
+        if sent.refused:  # an HSET into our own staging hash: never about the row
+            row, why = sent.refused[0]
+            raise DestinationError(f"{self.client.where}: staging row {row} failed: {why}")
+        if not sent.commands:
             return None
         # a staging hash no commit names (a failed attempt) expires
         expire = ("PEXPIRE", staging, self._staging_ttl_ms)
         retried(task, lambda: self.client.command(*expire), "redis staging expiry")
-        return StagedHash(staging, sent)  # one HSET per staged entry
+        return StagedHash(staging, sent.commands)  # one HSET per staged entry
+
+    def _wrong_type(self, task: Task | None, keys: pa.Array) -> pa.Array | None:
+        """True for each key that holds a value of another type than the data type's (one
+        ``TYPE`` per distinct key, pipelined); None when none does."""
+        distinct = pc.unique(keys)
+        names = distinct.to_pylist()
+        if not names:
+            return None
+        redis = self.client.redis()
+
+        def types() -> list[Any]:
+            pipe = redis.pipeline(transaction=False)
+            for name in names:
+                pipe.type(name)
+            return list(pipe.execute())
+
+        found = retried(task, lambda: self.client.call(types), "redis key types")
+        wanted = self.options.data_type.encode()
+        wrong = [
+            name
+            for name, kind in zip(names, found, strict=True)
+            if (kind.encode() if isinstance(kind, str) else kind) not in (b"none", wanted)
+        ]
+        if not wrong:
+            return None
+        return pc.is_in(keys, value_set=pa.array(wrong, keys.type))
 
     def check_fence(self, task: Task) -> None:
         ctx = task.context
@@ -147,14 +197,17 @@ class Append(WriteMode):
         keys = [
             ledger_key(opts.key_prefix, context.sink_id),
             registry_key(opts.key_prefix, name_prefix(context.sink_id, context.query_id)),
+            records_key(opts.key_prefix, context.sink_id),
             *staged,
         ]
+        record = context.commit_record(receipts).to_json() if context.ledgered else ""
         args = [
             str(context.batch_id),
             context.query_id,
             opts.data_type,
             str(opts.stream_maxlen or 0),
             str(opts.ledger_keep_batches),
+            record,
             *(str(entries) for entries in staged.values()),
         ]
         script = redis.register_script(COMMIT_SCRIPT)
@@ -169,16 +222,17 @@ class Append(WriteMode):
             )
         if code == -2:
             self.abort(context, receipts)
-            raise RecordError(
+            raise CommitError(
                 f"{self.client.where}: the key {detail!r} holds a value of another type than "
-                f"{opts.data_type}; nothing of batch {context.batch_id} was appended (delete "
-                "the key or write to other keys with key_prefix)"
+                f"{opts.data_type}; it changed type after the tasks checked it. Nothing of "
+                f"batch {context.batch_id} was appended: restart the query (the replay refuses "
+                "that key's rows as on_error says), or delete the key"
             )
         if code == -3:
             self.abort(context, receipts)
             raise self._staging_lost(context, detail, *(int(n) for n in result[2:5]))
         if not context.ledgered:  # an unkeyed batch write is never seen again: no ledger key
-            call(lambda: redis.delete(keys[0]))
+            call(lambda: redis.delete(keys[0], keys[2]))
         if committed:  # before the script, which found the entry too and appended nothing
             log_already_committed(context.sink_id, context.batch_id)
             return

@@ -4,13 +4,17 @@ Executor: each SinkBatch becomes one RESP command stream (:mod:`.wire`: ``SET``,
 ``SADD`` or ``ZADD``, optionally ``DEL`` before and ``EXPIRE`` after), with no Python per
 row (unless a ``key_serializer`` / ``value_serializer`` is given). The stream is sent in
 pipelines of ``pipeline_size`` commands (one round trip each, no MULTI) and the replies
-are parsed by hiredis (:mod:`.client`, the one error boundary). Strings without a TTL
-(outside a cluster) go as one ``MSET`` per pipeline instead: the same overwrites, without
-one command dispatch per key on the server. Each group of pipelines runs under the task's
-RetryPolicy: connection loss, timeouts and the "not now" replies (``OOM``, ``BUSY``,
-``LOADING``, ``READONLY``...) are retried with backoff (a pipeline of overwrites is safe to
-send again); ``WRONGTYPE`` (the key holds another type) is a RecordError naming the key;
-refused credentials fail at once.
+are parsed by hiredis (:mod:`.client`, the one error boundary). Before anything is sent,
+a row Redis would refuse for what it holds (a null key, a key template value holding its
+separator, a TTL that is not positive, a null value or score, a value over 512 MB) is
+refused by its row (``on_error``; ``null_keys=skip`` skips null keys and wins). Strings
+without a TTL (outside a cluster) go as one ``MSET`` per pipeline instead: the same
+overwrites, without one command dispatch per key on the server. Each group of pipelines
+runs under the task's RetryPolicy: connection loss, timeouts and the "not now" replies
+(``OOM``, ``BUSY``, ``LOADING``, ``READONLY``...) are retried with backoff (a pipeline of
+overwrites is safe to send again); a ``WRONGTYPE`` (the key holds another type) or
+``ERR`` reply to one row's command refuses that row (``on_error``), the others having been
+applied; refused credentials fail at once.
 
 Driver: for ``string``, ``hash``, ``set`` and ``zset`` nothing to commit. Every command is
 an overwrite of the same key, field or member with the same value, so a replayed
@@ -29,17 +33,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.errors import DestinationError, OptionError, RetryableError
 from quixsinks.core.options import load_callable
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from .client import RedisClient, import_client
-from .ledger import StagedHash
-from .modes import WriteMode, retried, write_mode
-from .options import RedisOptions, template_fields
+from .ledger import StagedHash, records_key
+from .modes import Sent, WriteMode, retried, write_mode
+from .options import APPENDING, RedisOptions, template_fields
 from .wire import WINDOWS_PER_RETRY, Commands, RespEncoder, windows
 
 __all__ = ["RedisSink"]
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a Redis glob (SCAN MATCH)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 class RedisSink(Sink[RedisOptions, StagedHash]):
@@ -139,29 +149,32 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
     def write(self, batch: SinkBatch) -> StagedHash | None:
         return self.mode.write(batch, self.encoder, self._send)
 
-    def _send(self, batch: SinkBatch, commands: Commands) -> int:
+    def _send(self, batch: SinkBatch, commands: Commands) -> Sent:
         """Send a batch's commands in pipelines, each group under the task's RetryPolicy;
-        the commands sent."""
+        the commands sent, and the rows the server refused for what they hold."""
         client, task = RedisClient(self.options), batch.task
         counts = commands.counts
         per_row = max(1, int(pc.max(counts).as_py() or 1)) if len(counts) else 1
         rows_per_pipeline = max(1, self.options.pipeline_size // per_row)
         if self.options.cluster:
             send = functools.partial(client.send_cluster, commands, rows_per_pipeline)
-            retried(task, send, "redis cluster pipelines")
+            refused = retried(task, send, "redis cluster pipelines")
             batch.count("commands", int(pc.sum(counts).as_py() or 0))
-            return 0  # not staged: nothing to count for a commit
+            return Sent(0, refused)  # not staged: nothing to count for a commit
         pipelines = windows(commands.data, counts, rows_per_pipeline, mset=commands.mset)
         sent = 0
+        refused = []
         for first in range(0, len(pipelines), WINDOWS_PER_RETRY):
             group = pipelines[first : first + WINDOWS_PER_RETRY]
             replies = sum(w.replies for w in group)
             what = f"redis pipelines of {replies} commands"
-            retried(task, functools.partial(client.send, group, commands.keys), what)
+            refused += retried(task, functools.partial(client.send, group, commands.keys), what)
             sent += replies
         batch.count("commands", sent)
-        batch.count("rows_written", len(commands.data) - int(pc.sum(pc.equal(counts, 0)).as_py()))
-        return sent
+        empty = int(pc.sum(pc.equal(counts, 0)).as_py() or 0)
+        written = len(commands.data) - empty - len(refused)
+        batch.count("rows_written", written)
+        return Sent(sent, refused)
 
     # ------------------------------------------------------------------ driver: commit
 
@@ -170,3 +183,26 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedHash]]) -> None:
         self.mode.abort(context, receipts)
+
+    # ------------------------------------------------------------------ reading back
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records of ``list`` and ``stream`` writes (kept by the Lua commit
+        next to each ledger entry; batches committed before records existed have none),
+        of ``sink_id`` or of every sink id under ``key_prefix``, oldest first. The other
+        data types overwrite and keep no ledger: no records."""
+        opts = self.options
+        if opts.data_type not in APPENDING:
+            return super().commit_records(sink_id)
+        client = RedisClient(opts)
+        redis = client.redis()
+        if sink_id is not None:
+            names = [records_key(opts.key_prefix, sink_id).encode()]
+        else:
+            pattern = _glob_escape(records_key(opts.key_prefix, "")) + "*"
+            names = client.call(lambda: list(redis.scan_iter(match=pattern, count=1000)))
+        records: list[CommitRecord] = []
+        for name in names:
+            entries = client.call(functools.partial(redis.hgetall, name))
+            records += [CommitRecord.from_json(v) for v in entries.values()]
+        return sorted(records, key=lambda r: (r.sink_id, r.batch_id, r.committed_at))

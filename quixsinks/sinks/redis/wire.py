@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -32,6 +33,7 @@ from quixsinks.core.errors import RecordError
 from quixsinks.core.formats import json_column, json_object_pieces, json_objects
 from quixsinks.core.options import load_callable
 from quixsinks.core.records import RecordSchema
+from quixsinks.core.rowchecks import RowChecks, without_rows
 
 from .options import RedisOptions, template_fields, template_separators
 
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 Piece: TypeAlias = pa.Array | bytes
+#: a batch's keys -> True where the key holds a value of another type (None: none does)
+KeyCheck: TypeAlias = Callable[[pa.Array], pa.Array | None]
 
 #: Redis refuses a string (or bulk argument) larger than this
 MAX_VALUE_BYTES = 512 * 1024 * 1024
@@ -53,22 +57,27 @@ MAX_VALUE_BYTES = 512 * 1024 * 1024
 # ---------------------------------------------------------------------- RESP in Arrow
 
 
-def _check_separators(text: pa.Array, name: str, separators: str, template: str) -> None:
-    """RecordError for the first value of template column ``name`` that holds one of the
-    ``separators`` between it and the next column (its key would be ambiguous)."""
+def _check_separators(
+    text: pa.Array, name: str, separators: str, template: str, checks: RowChecks
+) -> None:
+    """The rows whose value of template column ``name`` holds one of the ``separators``
+    between it and the next column (their keys would be ambiguous), to ``checks``."""
     for character in separators:
-        row = first_true(pc.match_substring(text, character))
-        if row is not None:
+        mask = pc.fill_null(pc.match_substring(text, character), False)
+        if not pc.any(mask).as_py():
+            continue
+
+        def why(row: int, character: str = character) -> str:
             shown = text[row].as_py().decode("utf-8", "replace")
-            raise RecordError(
+            return (
                 f"redis: the value {shown!r} of {{{name}}} (row {row}) holds "
                 f"{character!r}, which separates it from the next column in 'key_template' "
                 f"{template!r}: two different rows could build the same key and one would "
                 "overwrite the other; replace that character in the column, or change the "
-                "template's separator",
-                column=name,
-                row=row,
+                "template's separator"
             )
+
+        checks.add(mask, why, name)
 
 
 def as_text(column: pa.Array, name: str) -> pa.Array:
@@ -159,6 +168,7 @@ class Commands:
     counts: pa.Array  # int64, commands (replies) per row
     keys: pa.Array  # binary, the key of each row (for error messages)
     mset: bool = False  # data holds MSET arguments (key, value), one MSET per window
+    batch: SinkBatch | None = None  # the rows of ``data``, row ``i`` for element ``i``
 
 
 class RespEncoder:
@@ -169,7 +179,7 @@ class RespEncoder:
         self.options = options
         self.records = records
 
-    def _key_column(self, batch: SinkBatch, values: pa.Table | None) -> pa.Array:
+    def _key_column(self, batch: SinkBatch, values: pa.Table | None, checks: RowChecks) -> pa.Array:
         opts = self.options
         if opts.key_template is not None:
             pieces: list[Piece] = []
@@ -179,7 +189,7 @@ class RespEncoder:
                 if name is not None:
                     text = as_text(_column(batch, values, name, "key_template"), name)
                     if name in separators:
-                        _check_separators(text, name, separators[name], opts.key_template)
+                        _check_separators(text, name, separators[name], opts.key_template, checks)
                     pieces.append(text)
             keys = concat_rows(pieces, batch.num_rows)
         else:
@@ -200,51 +210,115 @@ class RespEncoder:
             keys = concat_rows([opts.key_prefix.encode(), keys], batch.num_rows)
         return keys
 
-    def keyed(self, batch: SinkBatch) -> tuple[SinkBatch, pa.Array, int]:
-        """The batch and its keys, without null-key rows (null_keys=skip), and their count.
+    def keyed(
+        self, batch: SinkBatch, key_check: KeyCheck | None = None
+    ) -> tuple[SinkBatch, pa.Array, int]:
+        """The batch and its keys without the rows that cannot be written, and the count
+        of rows skipped for a null key (null_keys=skip: the per-sink option wins).
 
-        With null_keys=error a null key is a RecordError naming the row.
+        Every other row Redis would refuse for what it holds (a null key with
+        null_keys=error, a template value holding its separator, a TTL that is not
+        positive, a null value_column, a score that is null or NaN, a key ``key_check``
+        finds of another type) is refused by its row (``batch.refuse``: ``on_error``).
         """
+        opts = self.options
+        checks = RowChecks(batch)
         values = batch.values() if self.records.value_json else None
-        keys = self._key_column(batch, values)
-        row = first_null(keys)
-        if row is None:
-            return batch, keys, 0
-        if self.options.null_keys == "error":
-            raise RecordError(
-                f"redis: the key of row {row} is null (key column or key_template column "
-                "null); set null_keys=skip to skip such rows",
-                row=row,
+        keys = self._key_column(batch, values, checks)
+        null = pc.is_null(keys)
+        if keys.null_count:
+            if opts.null_keys == "skip":  # the per-sink option wins: skipped and counted
+                nulls = keys.null_count
+                rest, keys, skipped = self.keyed(without_rows(batch, null), key_check)
+                return rest, keys, skipped + nulls
+            checks.add(
+                null,
+                lambda row: (
+                    f"redis: the key of row {row} is null (key column or "
+                    "key_template column null); set null_keys=skip to skip such rows"
+                ),
             )
-        keep = pc.is_valid(keys)
-        skipped = batch.num_rows - int(pc.sum(keep).as_py())
-        batch = SinkBatch(
-            batch.table.filter(keep), batch.records, batch.context, batch.counters,
-            None, batch.task,
-        )  # fmt: skip
-        return batch, keys.filter(keep), skipped
+        if opts.ttl_column is not None:
+            column = batch.column(opts.ttl_column)
+            ttl_name = opts.ttl_column
+            checks.add(
+                pc.less_equal(column, 0),
+                lambda row: (
+                    f"redis: ttl_column {ttl_name!r} is {column[row].as_py()} in row "
+                    f"{row}; a TTL must be a positive number of seconds (null: no expiry)"
+                ),
+                ttl_name,
+            )
+        if opts.value_column is not None and opts.data_type not in ("hash", "stream"):
+            value_name = opts.value_column
+            checks.add(
+                pc.is_null(batch.column(value_name)),
+                lambda row: (
+                    f"redis: value_column {value_name!r} is null in row {row}; Redis "
+                    "has no null value (filter such rows, or write JSON values)"
+                ),
+                value_name,
+            )
+        if opts.score_column is not None:
+            score = batch.column(opts.score_column)
+            bad = pc.is_null(score)
+            if pa.types.is_floating(score.type):
+                bad = pc.or_(bad, pc.fill_null(pc.is_nan(score), False))
+            score_name = opts.score_column
+            checks.add(
+                bad,
+                lambda row: (
+                    f"redis: score_column {score_name!r} is {score[row].as_py()} in row "
+                    f"{row}; every member needs a score (NaN is not one)"
+                ),
+                score_name,
+            )
+        if key_check is not None:
+            wrong = key_check(pc.fill_null(keys, b""))
+            if wrong is not None:
+                checks.add(
+                    pc.and_(wrong, pc.invert(null)),
+                    lambda row: (
+                        f"redis: the key {keys[row].as_py().decode('utf-8', 'replace')!r}"
+                        f" (row {row}) holds a value of another type than {opts.data_type}; delete "
+                        "it or write to other keys (key_prefix)"
+                    ),
+                )
+        drop = checks.mask
+        if drop is not None:
+            batch = checks.refuse()  # on_error: fail naming the first row, skip, dead-letter
+            keys = keys.filter(pc.invert(drop))
+        return batch, keys, 0
 
     def commands(self, batch: SinkBatch) -> tuple[Commands, int]:
-        """The batch's commands and the count of rows skipped for a null key."""
-        opts = self.options
+        """The batch's commands (the rows Redis would refuse refused, see :meth:`keyed`)
+        and the count of rows skipped for a null key."""
         batch, keys, skipped = self.keyed(batch)
+        try:
+            return self._commands(batch, keys), skipped
+        except _TooLarge as large:  # rare: refuse the rows, build the rest again
+            commands, more = self.commands(large.checks.refuse())
+            return commands, skipped + more
+
+    def _commands(self, batch: SinkBatch, keys: pa.Array) -> Commands:
+        opts = self.options
         rows = batch.num_rows
         ttl = self._ttl(batch)
         data_type = opts.data_type
         if data_type == "hash":
             data, counts = self._hash_commands(batch, keys, ttl)
-            return Commands(data, counts, keys), skipped
+            return Commands(data, counts, keys, batch=batch)
         one_each = pa.repeat(pa.scalar(1, pa.int64()), rows)  # one command per row
         value: Piece | list[Piece]
         if self.options.value_column is None and self.options.value_serializer is None:
             value = _json_pieces(self._value_table(batch))  # joined with the command
         else:
             value = self._value(batch)
-            _check_size(value, "value")
+            _check_size(value, "value", batch)
         if data_type == "string":
             if ttl is None and not opts.cluster:  # MSET (a cluster refuses cross-slot keys)
                 data = concat_rows([*_bulk(keys), *_bulk(value)], rows)
-                return Commands(data, one_each, keys, mset=True), skipped
+                return Commands(data, one_each, keys, mset=True, batch=batch)
             if ttl is None:
                 data = resp_commands([b"SET", keys, value], rows)
             elif isinstance(ttl, bytes):
@@ -253,7 +327,7 @@ class RespEncoder:
                 with_ttl = resp_commands([b"SET", keys, value, b"EX", pc.fill_null(ttl, b"")], rows)
                 without = resp_commands([b"SET", keys, value], rows)
                 data = pc.if_else(pc.is_valid(ttl), with_ttl, without)
-            return Commands(data, one_each, keys), skipped
+            return Commands(data, one_each, keys, batch=batch)
         if data_type == "set":
             data = resp_commands([b"SADD", keys, value], rows)
         else:
@@ -261,7 +335,7 @@ class RespEncoder:
             score = _scores(batch.column(opts.score_column), opts.score_column)
             data = resp_commands([b"ZADD", keys, score, value], rows)
         data, counts = _with_expire(data, one_each, keys, ttl, rows)
-        return Commands(data, counts, keys), skipped
+        return Commands(data, counts, keys, batch=batch)
 
     def _ttl(self, batch: SinkBatch) -> bytes | pa.Array | None:
         opts = self.options
@@ -319,7 +393,7 @@ class RespEncoder:
         fields: pa.Array | int = 0
         for name in table.column_names:
             text = as_text(table.column(name), name)
-            _check_size(text, f"field {name!r}")
+            _check_size(text, f"field {name!r}", batch)
             name_bytes = name.encode()
             if text.null_count == 0:  # every row has the field: straight into the join
                 pieces += [*_bulk(name_bytes), *_bulk(text)]
@@ -346,16 +420,27 @@ class RespEncoder:
             counts = pc.add(counts, 1)
         return _with_expire(data, counts, keys, ttl, rows, only=any_field)
 
-    def staged_commands(self, batch: SinkBatch, staging: str) -> tuple[Commands, int]:
+    def staged_commands(
+        self, batch: SinkBatch, staging: str, key_check: KeyCheck | None = None
+    ) -> tuple[Commands, int]:
         """``HSET <staging> <seq> <entry>`` per row with an entry (seq: the entry's place in
-        the task, 0, 1, 2... without gaps: the commit counts the fields to find lost ones)."""
+        the task, 0, 1, 2... without gaps: the commit counts the fields to find lost ones).
+        The rows Redis would refuse are refused first (see :meth:`keyed`); the count of
+        rows skipped for a null key is returned with the commands."""
+        batch, keys, skipped = self.keyed(batch, key_check)
+        try:
+            return self._staged_commands(batch, keys, staging), skipped
+        except _TooLarge as large:  # rare: refuse the rows, build the rest again
+            commands, more = self.staged_commands(large.checks.refuse(), staging)
+            return commands, skipped + more
+
+    def _staged_commands(self, batch: SinkBatch, keys: pa.Array, staging: str) -> Commands:
         opts = self.options
-        batch, keys, skipped = self.keyed(batch)
         rows = batch.num_rows
         head = concat_rows([_length_text(keys), b"\n", keys], rows)
         if opts.data_type == "list":
             value = self._value(batch)
-            _check_size(value, "value")
+            _check_size(value, "value", batch)
             entries = concat_rows([head, value], rows)
             present = pa.repeat(pa.scalar(True), rows)
         else:
@@ -380,10 +465,10 @@ class RespEncoder:
                 fields = pc.add(fields, pc.cast(valid, pa.int64()))
             entries = concat_rows(pieces, rows)
             present = pc.greater(fields, 0)
-            none = rows - int(pc.sum(present).as_py()) if rows else 0
-            if none:
-                batch.count("skipped_no_fields", none)
-        _check_size(entries, "entry")
+        _check_size(entries, "entry", batch)
+        none = rows - int(pc.sum(present).as_py()) if rows else 0
+        if none:
+            batch.count("skipped_no_fields", none)
         task = batch.task
         first = 0
         entries_staged = int(pc.sum(present).as_py() or 0) if rows else 0
@@ -395,7 +480,7 @@ class RespEncoder:
         seq = pc.cast(pc.cast(numbers, pa.string()), pa.binary())
         data = resp_commands([b"HSET", staging.encode(), seq, entries], rows)
         data = pc.if_else(present, data, pa.scalar(b"", pa.binary()))
-        return Commands(data, pc.cast(present, pa.int64()), keys), skipped
+        return Commands(data, pc.cast(present, pa.int64()), keys, batch=batch)
 
 
 def _json_pieces(table: pa.Table) -> list[Piece]:
@@ -417,6 +502,8 @@ def _column(batch: SinkBatch, values: pa.Table | None, name: str, option: str) -
         return batch.column(name)
     if values is not None and name in values.column_names:
         return values.column(name).combine_chunks()
+    if values is not None:  # no row of this batch has the field: every key is null
+        return pa.nulls(batch.num_rows, pa.string())
     raise RecordError(
         f"redis: {option!r} names {name!r}, which neither the DataFrame nor this batch's "
         "JSON values have",
@@ -464,17 +551,30 @@ def _scores(column: pa.Array, name: str) -> pa.Array:
     return as_text(column, name)
 
 
-def _check_size(values: pa.Array, what: str) -> None:
+class _TooLarge(Exception):
+    """Rows whose value is over Redis's limit (their checks): refused, then the batch's
+    commands are built again without them."""
+
+    def __init__(self, checks: RowChecks) -> None:
+        super().__init__("values over Redis's limit")
+        self.checks = checks
+
+
+def _check_size(values: pa.Array, what: str, batch: SinkBatch) -> None:
     if not len(values):
         return
     longest = pc.max(pc.binary_length(values)).as_py()
     if longest is not None and longest > MAX_VALUE_BYTES:
-        row = first_true(pc.greater(pc.binary_length(values), MAX_VALUE_BYTES))
-        raise RecordError(
-            f"redis: the {what} of row {row} is {longest} bytes; Redis stores at most "
-            f"{MAX_VALUE_BYTES} bytes (512 MB) per value",
-            row=row,
+        sizes = pc.binary_length(values)
+        checks = RowChecks(batch)
+        checks.add(
+            pc.greater(sizes, MAX_VALUE_BYTES),
+            lambda row: (
+                f"redis: the {what} of row {row} is {sizes[row].as_py()} bytes; Redis "
+                f"stores at most {MAX_VALUE_BYTES} bytes (512 MB) per value"
+            ),
         )
+        raise _TooLarge(checks)
 
 
 def windows(
