@@ -34,6 +34,13 @@ this batch (failed or replayed attempts). A driver that dies in between leaves d
 ids that the next commit (or preflight) commits: decided means committed, eventually;
 undecided means rolled back. Readers see a micro-batch's rows appear task by task.
 
+Row-level errors (see docs/sinks/postgresql.md, "Row-level errors"): a value PostgreSQL
+refuses for one row (SQLSTATE class 22 or 23 at the task's COPY), a NUL character, a null
+primary key or a row naming no valid table is refused per row (``on_error``), isolated by
+savepoints inside the task's transaction; refusals are handed over once the write
+committed. The ledger row keeps the batch's commit record (``record``), which
+:meth:`PostgreSQLSink.commit_records` reads back.
+
 The write modes are strategies in ``modes.py`` (this module reads: options and
 preflight, the executor write, the driver commit and abort); the client and the error
 translation are in ``client.py``, the ledger store in ``ledger.py``.
