@@ -183,3 +183,30 @@ def test_a_batch_failing_after_its_dead_letters_were_staged_replays_them_once(
     assert ids(pg) == GOOD
     assert_dead_letters(tmp_path / "dead", sink="faulty_postgresql")
     assert leftovers(pg) == ([], [])
+
+
+def test_a_ledger_from_before_commit_records_gets_the_column_and_keeps_its_entries(
+    spark: Any, pg: dict[str, Any]
+) -> None:
+    """An existing ledger without `record` is migrated; its old entries have no record
+    and are left out of commit_records, the new batch's record is there."""
+    query(
+        pg,
+        "CREATE TABLE _quixsinks_ledger (sink_id text NOT NULL, batch_id bigint NOT NULL, "
+        "query_id text NOT NULL DEFAULT '', tables text[] NOT NULL, rows bigint NOT NULL, "
+        "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, batch_id)); "
+        "INSERT INTO _quixsinks_ledger (sink_id, batch_id, tables, rows) "
+        "VALUES ('older', 0, '{t}', 3)",
+    )
+    df = spark.range(0, 5, numPartitions=2).selectExpr("id")
+    writer = df.write.format("postgresql").mode("append")
+    opts = {**pg["options"], "table_name": "t", "sink_id": "keyed", "batch_id": "7"}
+    for key, value in opts.items():
+        writer = writer.option(key, value)
+    writer.save()
+    assert query(pg, "SELECT sink_id, record IS NULL FROM _quixsinks_ledger ORDER BY 1") == [
+        ("keyed", False),
+        ("older", True),
+    ]
+    records = quixsinks.commit_records("postgresql", **pg["options"], table_name="t").to_pylist()
+    assert [(r["sink_id"], r["batch_id"], r["rows_written"]) for r in records] == [("keyed", 7, 5)]
