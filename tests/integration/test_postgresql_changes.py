@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.core.errors import OptionError
 from quixsinks.sinks.postgresql import PostgreSQLOptions
 
 from .test_postgresql import query
@@ -84,7 +84,7 @@ def test_schema_contract_evolve_adds_the_column(pg: dict[str, Any], mode: str) -
 
 @pytest.mark.parametrize("mode", MODES)
 def test_schema_contract_freeze_refuses_a_new_column(pg: dict[str, Any], mode: str) -> None:
-    with pytest.raises(RecordError, match="lacks the columns extra and schema_contract is freeze"):
+    with pytest.raises(OptionError, match="lacks the columns extra and schema_contract is freeze"):
         contract_case(pg, "freeze", mode)
     assert query(pg, "SELECT count(*) FROM frozen") == [(0,)]
 

@@ -227,7 +227,7 @@ class _Coded(psycopg2.DatabaseError):
     ],
 )
 def test_sqlstates_translate_to_what_the_caller_can_do(code: str, expected: type) -> None:
-    translated = translate(_Coded(code), "pg://host/db")
+    translated = translate(_Coded(code), "pg://host/db", rows=True)
     assert type(translated) is expected
     assert translated.message.startswith("pg://host/db: ")
 
@@ -316,15 +316,14 @@ def test_connect_options_follow_libpq_quoting() -> None:
     }
 
 
-def test_a_primary_key_in_no_row_of_a_json_batch_is_a_record_error() -> None:
+def test_a_primary_key_in_no_row_of_a_json_batch_marks_every_row() -> None:
     from quixsinks.core.batch import SinkBatch, WriteContext
     from quixsinks.core.records import RecordSchema
-    from quixsinks.sinks.postgresql.schema import check_not_null
+    from quixsinks.sinks.postgresql.schema import null_key_rows
 
-    table = pa.table({"value": pa.array(['{"a": 1}'], pa.string())})
+    table = pa.table({"value": pa.array(['{"a": 1}', '{"a": 2}'], pa.string())})
     batch = SinkBatch(
         table, RecordSchema.resolve(table.schema, value_format="json"), WriteContext("s", 0)
     )
     columns = column_plan(batch.values().schema, None, include_metadata=False)
-    with pytest.raises(RecordError, match="'id' is in no row"):
-        check_not_null(batch, columns, ["id"])
+    assert null_key_rows(batch, columns, ["id"])["id"].to_pylist() == [True, True]

@@ -13,9 +13,14 @@ SQLSTATE                       quixsinks error
 42P01 / 3F000 (no table/schema) DestinationNotFoundError
 08xxx, 40001, 40P01, 53xxx,    RetryableError (connection lost, serialisation
 57P0x, 57014                   failure, deadlock, server shutting down, timeout)
-22xxx (data), 23xxx (integrity) RecordError
+22xxx (data), 23xxx (integrity) RecordError where the statement wrote rows of one
+                               task (``rows=True``: the write path, whose rows the
+                               sink can isolate); else DestinationError
 anything else                  DestinationError (not retried)
 =============================  ===============================================
+
+The class decides, never the message text: :func:`row_level` says which errors are
+about what a row holds (see docs/sinks/postgresql.md, "Row-level errors").
 
 A failure to connect carries no SQLSTATE in psycopg2 (libpq reports only the server's
 FATAL text): that one case is classified from the text (server unreachable: retryable).
@@ -55,6 +60,7 @@ __all__ = [
     "describe",
     "import_psycopg2",
     "is_stale",
+    "row_level",
     "session",
     "task_connection",
     "translate",
@@ -81,8 +87,22 @@ def describe(options: PostgreSQLOptions) -> str:
     return f"postgresql://{options.user}@{options.host}:{options.port}/{options.dbname}"
 
 
-def translate(exc: Exception, where: str, *, connecting: bool = False) -> QuixSinksError:
-    """The quixsinks error for a psycopg2 exception (see the module docstring)."""
+def row_level(exc: BaseException) -> bool:
+    """Whether PostgreSQL refused a statement for what a row holds: SQLSTATE class 22
+    (data exception: invalid text for the type, out of range, too long, bad encoding) or
+    23 (integrity: NOT NULL, CHECK, unique, foreign key)."""
+    code = getattr(exc, "pgcode", None) or ""
+    return code[:2] in ("22", "23")
+
+
+def translate(
+    exc: Exception, where: str, *, connecting: bool = False, rows: bool = False
+) -> QuixSinksError:
+    """The quixsinks error for a psycopg2 exception (see the module docstring).
+
+    ``rows``: the statement wrote one task's rows, so a row-level error (:func:`row_level`)
+    is a RecordError (the sink's rows can be isolated); elsewhere (DDL, the driver's
+    commit) it fails the batch as a DestinationError."""
     code = getattr(exc, "pgcode", None) or ""
     text = (str(getattr(exc, "pgerror", None) or exc)).strip().splitlines()
     detail = text[0] if text else type(exc).__name__
@@ -95,8 +115,14 @@ def translate(exc: Exception, where: str, *, connecting: bool = False) -> QuixSi
         return DestinationNotFoundError(message, location=where)
     if code in _RETRYABLE_CODES or code[:2] in _RETRYABLE_CLASSES:
         return RetryableError(message)
-    if code[:2] in ("22", "23"):
-        return RecordError(f"{message} (SQLSTATE {code})")
+    if row_level(exc):
+        if rows:
+            return RecordError(f"{message} (SQLSTATE {code})")
+        return DestinationError(
+            f"{message} (SQLSTATE {code}; a row-level error that cannot be traced to one "
+            "task's rows here: see 'Row-level errors' in docs/sinks/postgresql.md)",
+            location=where,
+        )
     if not code and isinstance(exc, _connection_errors()):
         return RetryableError(message)  # the connection broke mid-statement
     return DestinationError(f"{message} (SQLSTATE {code or 'none'})", location=where)

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
+from quixsinks.core.errors import DestinationNotFoundError, OptionError
 
 from .client import import_psycopg2
 from .schema import (
@@ -31,6 +31,7 @@ __all__ = [
     "ensure_ledger",
     "ensure_table",
     "existing_columns",
+    "mirror_row_constraints",
     "primary_key",
     "stage_tables",
     "tables_columns",
@@ -166,6 +167,50 @@ def create_stage(
     cur.execute(statement.format(ident, body))
 
 
+def mirror_row_constraints(cur: Any, stage: Any, target: Any, columns: Sequence[str]) -> None:
+    """Give the staging table ``stage`` the target's NOT NULL and CHECK constraints on
+    ``columns`` (those a CHECK reads all among them), so that a row the target would refuse
+    for them is refused when its task stages it (a row-level error, isolated per row)
+    rather than when the driver moves the batch (which fails the batch). Nothing is
+    mirrored for a target with triggers of its own (one may fill a null or fix a value
+    before the constraint is checked). Idempotent."""
+    sql = _sql()
+    regclass = target.as_string(cur)
+    cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT "
+        "tgisinternal)",
+        (regclass,),
+    )
+    if cur.fetchone()[0]:
+        return
+    names = list(columns)
+    cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND "
+        "NOT attisdropped AND attnotnull AND attname = ANY(%s)",
+        (regclass, names),
+    )
+    for (name,) in cur.fetchall():
+        cur.execute(
+            sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET NOT NULL").format(
+                stage, sql.Identifier(name)
+            )
+        )
+    cur.execute(
+        "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+        "WHERE c.conrelid = %s::regclass AND c.contype = 'c' AND NOT EXISTS ("
+        "SELECT 1 FROM unnest(c.conkey) k JOIN pg_attribute a ON a.attrelid = c.conrelid "
+        "AND a.attnum = k WHERE a.attname <> ALL(%s)) AND c.conname NOT IN ("
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass)",
+        (regclass, names, stage.as_string(cur)),
+    )
+    for name, definition in cur.fetchall():
+        cur.execute(
+            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {}").format(
+                stage, sql.Identifier(name), sql.SQL(definition)
+            )
+        )
+
+
 def primary_key(cur: Any, schema: str, table: str) -> list[str]:
     cur.execute(
         """
@@ -193,12 +238,14 @@ def ensure_ledger(cur: Any, schema: str) -> None:
     """The fenced ledger (one row per committed micro-batch, sink id and query id), the
     staging registry (every staging table with its creation time, for the sweep, and the
     number of SinkBatches staged in it, so that a write retried after a lost COMMIT
-    acknowledgement does not stage its rows twice) and the decided prepared transactions."""
+    acknowledgement does not stage its rows twice) and the decided prepared transactions.
+    Each ledger row keeps its batch's commit record (``record``, jsonb)."""
     sql = _sql()
     columns = existing_columns(cur, schema, LEDGER_TABLE)
     if (
         columns is not None
         and "query_id" in columns
+        and "record" in columns
         and "chunks" in (existing_columns(cur, schema, STAGING_REGISTRY) or {})
         and existing_columns(cur, schema, DECIDED_TABLE) is not None
     ):
@@ -218,6 +265,8 @@ def ensure_ledger(cur: Any, schema: str) -> None:
             ledger
         )
     )
+    # a ledger of quixsinks before commit records has none: its entries keep null
+    cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS record jsonb").format(ledger))
     cur.execute(
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (table_name text PRIMARY KEY, sink_id text NOT NULL, "
@@ -259,7 +308,7 @@ def ensure_table(
         DestinationNotFoundError: the table is missing and auto_update is off.
         OptionError: a column's type conflicts with the table's, or a column is missing
             and auto_update is off.
-        RecordError: a column is missing and the contract is freeze.
+        OptionError: a column is missing and the contract is freeze.
     """
     sql = _sql()
     ident = sql.Identifier(table.schema, table.name)
@@ -298,12 +347,14 @@ def ensure_table(
                     value=str(table),
                 )
         if missing and contract == "freeze":
-            raise RecordError(
+            # the table's shape, not a row's content: never dead-lettered row by row
+            raise OptionError(
                 f"postgresql: table {table} lacks the columns "
                 f"{', '.join(c.name for c in missing)} and schema_contract is freeze; add "
                 "them to the table, or choose schema_contract evolve, discard_row or "
                 "discard_value",
-                column=missing[0].name,
+                option="schema_contract",
+                value="freeze",
             )
         if missing and contract in ("discard_row", "discard_value"):
             columns = [c for c in columns if c.name in existing]

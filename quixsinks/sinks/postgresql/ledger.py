@@ -1,6 +1,7 @@
 """The PostgreSQL ledger: the table ``_quixsinks_ledger`` of the sink's schema.
 
-One row per committed batch, ``(sink id, batch id, query id, tables, rows)``, inserted in
+One row per committed batch, ``(sink id, batch id, query id, tables, rows, record)``
+(``record``: the batch's :class:`~quixsinks.core.commits.CommitRecord` as jsonb), inserted in
 the very transaction that moves the batch's rows (``ON CONFLICT DO NOTHING``: a batch whose
 row exists was committed before and is skipped). Commits of one sink id are serialised by
 an advisory lock on :func:`lock_key`. Fencing reads the store through
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.ledger import LedgerEntry, LedgerStore
 from quixsinks.core.sink import CommitContext
 
@@ -50,14 +52,33 @@ class PostgresLedgerStore(LedgerStore):
     def drop_query(self, sink_id: str, query_id: str) -> None:
         self._run("DELETE FROM {} WHERE sink_id = %s AND query_id = %s", (sink_id, query_id))
 
-    def insert(self, context: CommitContext, tables: Sequence[str], rows: int) -> bool:
-        """Record the batch (in the commit's transaction); False if it had a row already."""
+    def insert(
+        self, context: CommitContext, tables: Sequence[str], rows: int, record: str | None = None
+    ) -> bool:
+        """Record the batch (in the commit's transaction) with its commit record (JSON);
+        False if it had a row already."""
         self._run(
-            "INSERT INTO {} (sink_id, batch_id, query_id, tables, rows) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (context.sink_id, context.batch_id, context.query_id, list(tables), rows),
+            "INSERT INTO {} (sink_id, batch_id, query_id, tables, rows, record) "
+            "VALUES (%s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING RETURNING 1",
+            (context.sink_id, context.batch_id, context.query_id, list(tables), rows, record),
         )
         return self.cur.fetchone() is not None
+
+    def records(self, sink_id: str | None) -> list[CommitRecord]:
+        """The commit records kept with the ledger rows (of ``sink_id``, or of every sink
+        id), oldest first; rows written before records were kept have none."""
+        where = "record IS NOT NULL" + (" AND sink_id = %s" if sink_id is not None else "")
+        self._run(
+            "SELECT record FROM {} WHERE " + where + " ORDER BY committed_at, sink_id, batch_id",
+            (sink_id,) if sink_id is not None else (),
+        )
+        out = []
+        for (record,) in self.cur.fetchall():
+            if isinstance(record, str | bytes):
+                out.append(CommitRecord.from_json(record))
+            else:
+                out.append(CommitRecord.from_dict(record))
+        return out
 
     def prune(self, sink_id: str, below_batch_id: int) -> None:
         """Delete the rows of ``sink_id`` with a batch id below ``below_batch_id``."""

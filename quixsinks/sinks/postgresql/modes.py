@@ -11,6 +11,14 @@ transaction (:meth:`WriteMode.seal`), how the driver publishes a batch
   transaction; the driver decides (ledger row and the winning transaction ids, one
   transaction), then commits the winners and rolls back the others.
 - :class:`DirectMode` (``direct``): COPY into the target (at-least-once), nothing to commit.
+
+Every mode writes a table's rows through :meth:`WriteMode.write_rows`: a SAVEPOINT of the
+task's transaction around the COPY; when PostgreSQL refuses it for what a row holds
+(SQLSTATE class 22 or 23) or the encoder finds a NUL character, the sink rolls back to the
+savepoint and writes the halves again, down to the rows refused (``batch.refuse``, as
+``on_error`` says). The transaction stays usable and holds only the rows written: one bad
+row in n costs about 2·log2(n) COPYs, in one transaction (one prepared transaction for
+``prepared``).
 """
 
 from __future__ import annotations
@@ -25,12 +33,12 @@ import pyarrow as pa
 
 from quixsinks.core.backpressure import RetryStats
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.errors import CommitError, OptionError, QuixSinksError
+from quixsinks.core.errors import CommitError, OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import log_already_committed
 from quixsinks.core.sink import CommitContext, Receipt
 
 from . import ddl
-from .client import autocommit_session, describe, import_psycopg2, session
+from .client import autocommit_session, describe, import_psycopg2, row_level, session, translate
 from .ledger import PostgresLedgerStore, fence, lock_key
 from .options import PostgreSQLOptions
 from .schema import (
@@ -39,6 +47,7 @@ from .schema import (
     ROW_COLUMN,
     STAGING_REGISTRY,
     Column,
+    NulError,
     TableSchema,
     prepared_gid,
     settle_action,
@@ -46,7 +55,7 @@ from .schema import (
     stage_prefix,
     stage_table_name,
 )
-from .wire import CopyData, copy_data, delete_flags
+from .wire import CopyData, copy_data, delete_flags, nul_rows
 
 if TYPE_CHECKING:
     from .sink import PostgreSQLSink
@@ -55,6 +64,7 @@ __all__ = [
     "DirectMode",
     "Load",
     "PreparedMode",
+    "Refused",
     "StagedRows",
     "StagingMode",
     "WriteMode",
@@ -71,19 +81,60 @@ class StagedRows:
     prepared: list[str] = field(default_factory=list)
 
 
+class Refused:
+    """The rows one write refuses, handed to ``batch.refuse`` only once the write's
+    transaction has committed (:meth:`apply`): a write retried after a connection error
+    finds them again and must not refuse them twice. Under on_error=fail the first one
+    raises at once, naming the row."""
+
+    def __init__(self, batch: SinkBatch, fail: bool) -> None:
+        self.batch = batch
+        self.fail = fail
+        self.rows: list[tuple[int, BaseException]] = []
+
+    def __call__(self, row: int, error: BaseException) -> None:
+        if self.fail:
+            self.batch.refuse(row, error)
+        self.rows.append((row, error))
+
+    def apply(self, *more: Refused) -> None:
+        """Refuse the rows (with those of ``more``), in row order."""
+        rows = sorted([r for refused in (self, *more) for r in refused.rows], key=lambda r: r[0])
+        for row, error in rows:
+            self.batch.refuse(row, error)
+
+
 @dataclass
 class Load:
     """One target table's share of a SinkBatch: the rows (all, or the indices ``rows``)
-    and the columns the table takes."""
+    and the columns the table takes; ``refuse`` takes the rows PostgreSQL refuses,
+    ``refused`` counts them."""
 
     batch: SinkBatch
     table: TableSchema
     columns: list[Column]
     rows: pa.Array | None
+    refuse: Callable[[int, BaseException], None]
+    refused: int = 0
 
     @property
     def count(self) -> int:
         return len(self.rows) if self.rows is not None else self.batch.num_rows
+
+    @property
+    def written(self) -> int:
+        """The rows the load wrote (those not refused)."""
+        return self.count - self.refused
+
+    def indices(self) -> pa.Array:
+        """The rows as indices into the batch's table."""
+        if self.rows is not None:
+            return self.rows
+        return pa.array(range(self.batch.num_rows), pa.int64())
+
+    def part(self, rows: pa.Array) -> Load:
+        """The same table's load of ``rows`` only (indices into the batch's table)."""
+        return Load(self.batch, self.table, self.columns, rows, self.refuse)
 
 
 class WriteMode:
@@ -110,9 +161,10 @@ class WriteMode:
         return {}
 
     def load(self, cur: Any, load: Load, scratch: dict[str, Any]) -> str:
-        """COPY the rows of ``load``; the table they went to."""
+        """COPY the rows of ``load`` (refusing those PostgreSQL refuses, counted in
+        ``load.refused``); the table they went to."""
         target = import_psycopg2().sql.Identifier(load.table.schema, load.table.name)
-        copy_into(cur, target, self._encode(load))
+        self.write_rows(cur, load, lambda piece: copy_into(cur, target, self._encode(piece)))
         return load.table.name
 
     def seal(self, cur: Any, batch: SinkBatch, staged: StagedRows) -> None:
@@ -128,6 +180,61 @@ class WriteMode:
         """Driver: clean up after a failed batch."""
 
     # ------------------------------------------------------------------ shared
+
+    def write_rows(self, cur: Any, load: Load, write: Callable[[Load], None]) -> None:
+        """``write(load)`` inside a SAVEPOINT; rows refused for what they hold are found by
+        halving (each half in its own savepoint) and handed to ``load.refuse`` (under
+        on_error=fail that raises, naming the row). Counts them in ``load.refused``; the
+        counters of a rolled-back write are restored. Any other error propagates with the
+        transaction aborted (the caller rolls back)."""
+        psycopg2 = import_psycopg2()
+        batch = load.batch
+        where = f"{describe(self.options)} table {load.table}"
+        pending = [load]
+        while pending:
+            piece = pending.pop()
+            counted = dict(batch.counters)
+            cur.execute("SAVEPOINT quixsinks_rows")
+            try:
+                write(piece)
+            except NulError:
+                cur.execute("ROLLBACK TO SAVEPOINT quixsinks_rows")
+                _restore(batch, counted)
+                rows = piece.indices()
+                bad = nul_rows(batch, piece.columns, rows)
+                for row, column in bad.items():
+                    error = RecordError(
+                        f"postgresql: column {column!r} holds a NUL character (U+0000) in "
+                        f"row {row} of partition {batch.partition_id}, which PostgreSQL text "
+                        "and jsonb cannot store (table "
+                        f"{load.table}); remove it, or write the value as binary",
+                        column=column,
+                        row=row,
+                    )
+                    load.refuse(row, error)
+                load.refused += len(bad)
+                refused = set(bad)
+                rest = [r for r in rows.to_pylist() if r not in refused]
+                if rest and len(rest) < len(rows):
+                    pending.append(piece.part(pa.array(rest, pa.int64())))
+                elif rest:  # no NUL found where the encoder saw one: not a row's fault
+                    raise
+                continue
+            except psycopg2.Error as exc:
+                if not row_level(exc):
+                    raise
+                cur.execute("ROLLBACK TO SAVEPOINT quixsinks_rows")
+                _restore(batch, counted)
+                rows = piece.indices()
+                if len(rows) == 1:
+                    load.refuse(rows[0].as_py(), translate(exc, where, rows=True))
+                    load.refused += 1
+                    continue
+                half = len(rows) // 2
+                pending.append(piece.part(rows.slice(half)))
+                pending.append(piece.part(rows.slice(0, half)))  # popped first: order kept
+                continue
+            cur.execute("RELEASE SAVEPOINT quixsinks_rows")
 
     def _encode(self, load: Load, *, numbered: bool = False) -> CopyData:
         """The COPY payload of ``load``; ``numbered``: for a staging table (each row's
@@ -265,13 +372,19 @@ class DirectMode(WriteMode):
         if not (opts.upsert_on_primary_key or opts.on_conflict_do_nothing):
             return super().load(cur, load, scratch)
         # upsert/do-nothing: through a temporary table and INSERT ... ON CONFLICT
-        data = self._encode(load, numbered=True)
         digest = hashlib.sha1(str(table).encode()).hexdigest()[:16]
         temp = import_psycopg2().sql.Identifier("_qs_direct_" + digest)
         extra = self._extra_columns()
         ddl.create_stage(cur, temp, load.columns, extra=extra, exists=False, temporary=True)
-        copy_into(cur, temp, data)
-        cur.execute(insert_select(opts, table, [(temp, 0)], [c.name for c in load.columns]))
+        sql = import_psycopg2().sql
+        names = [c.name for c in load.columns]
+
+        def write(piece: Load) -> None:
+            copy_into(cur, temp, self._encode(piece, numbered=True))
+            cur.execute(insert_select(opts, table, [(temp, 0)], names))
+            cur.execute(sql.SQL("DELETE FROM {}").format(temp))  # the next half starts empty
+
+        self.write_rows(cur, load, write)
         return table.name
 
 
@@ -299,6 +412,9 @@ class StagingMode(WriteMode):
         if known is None or not wanted <= known:
             extra = self._extra_columns()
             ddl.create_stage(cur, ident, load.columns, extra=extra, exists=known is not None)
+            if self.options.delete_column is None:  # a deleting row need not be whole
+                target = sql.Identifier(table.schema, table.name)
+                ddl.mirror_row_constraints(cur, ident, target, sorted(wanted))
             cur.execute(
                 sql.SQL(
                     "INSERT INTO {} (table_name, sink_id) VALUES (%s, %s) ON CONFLICT DO NOTHING"
@@ -307,6 +423,10 @@ class StagingMode(WriteMode):
             )
             scratch["created"][stage] = wanted
         chunk = scratch["chunk"]
+
+        def copy(piece: Load) -> None:
+            copy_into(cur, ident, self._encode(piece, numbered=True))
+
         if chunk is not None and not _claim(cur, table.schema, stage, chunk):
             self.sink.logger.info(
                 "SinkBatch %d of %s is staged already (a retry after a lost COMMIT "
@@ -314,8 +434,15 @@ class StagingMode(WriteMode):
                 chunk,
                 stage,
             )
+            # the rows the landed try refused are found again (and refused once: that
+            # try's refusals were never applied), then this copy is rolled back
+            counted = dict(load.batch.counters)
+            cur.execute("SAVEPOINT quixsinks_again")
+            self.write_rows(cur, load, copy)
+            cur.execute("ROLLBACK TO SAVEPOINT quixsinks_again")
+            _restore(load.batch, counted)
             return stage
-        copy_into(cur, ident, self._encode(load, numbered=True))
+        self.write_rows(cur, load, copy)
         return stage
 
     def loaded(self, batch: SinkBatch, scratch: dict[str, Any]) -> None:
@@ -338,14 +465,15 @@ class StagingMode(WriteMode):
         if self.sink.overwrite and self.options.table_name is not None:
             sources.setdefault(self.options.table_name, [])
         if not context.ledgered:  # no ledger: a retry after a lost COMMIT could repeat it
-            self._commit_once(context, sources, staged_rows)
+            self._commit_once(context, receipts, sources, staged_rows)
             return
         # a ledgered commit is idempotent (the ledger row): a landed one is found and skipped
-        self._retried(context, lambda: self._commit_once(context, sources, staged_rows))
+        self._retried(context, lambda: self._commit_once(context, receipts, sources, staged_rows))
 
     def _commit_once(
         self,
         context: CommitContext,
+        receipts: list[Receipt[StagedRows]],
         sources: dict[str, list[tuple[str, int]]],
         staged_rows: dict[str, int],
     ) -> None:
@@ -354,7 +482,8 @@ class StagingMode(WriteMode):
         with session(self.options) as cur:
             if context.ledgered:
                 store = fence(cur, self.options, context)
-                if not store.insert(context, sorted(sources), sum(staged_rows.values())):
+                record = context.commit_record(receipts).to_json()
+                if not store.insert(context, sorted(sources), sum(staged_rows.values()), record):
                     log_already_committed(context.sink_id, context.batch_id)
                     self._drop_stages(cur, context, None)
                     return
@@ -557,7 +686,9 @@ class PreparedMode(WriteMode):
             cur.execute("BEGIN")
             decided = True
             if context.ledgered:
-                decided = fence(cur, self.options, context).insert(context, tables, rows)
+                store = fence(cur, self.options, context)
+                record = context.commit_record(receipts).to_json()
+                decided = store.insert(context, tables, rows, record)
                 if not decided:
                     log_already_committed(context.sink_id, context.batch_id)
             if decided and gids:
@@ -632,6 +763,12 @@ class PreparedMode(WriteMode):
             for (gid,) in cur.fetchall():
                 with contextlib.suppress(psycopg2.errors.UndefinedObject):
                     cur.execute("ROLLBACK PREPARED %s", (gid,))
+
+
+def _restore(batch: SinkBatch, counted: dict[str, int]) -> None:
+    """What a rolled-back write counted (staged rows, fallbacks) did not happen."""
+    batch.counters.clear()
+    batch.counters.update(counted)
 
 
 def _stages_made(batch: SinkBatch) -> dict[str, set[str]]:

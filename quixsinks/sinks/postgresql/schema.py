@@ -41,27 +41,32 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true
+from quixsinks.core.arrow import first_true
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.formats import json_column
 
 __all__ = [
     "DELETE_COLUMN",
+    "JSON_NUL",
     "LEDGER_TABLE",
     "MAX_IDENTIFIER_BYTES",
     "ROW_COLUMN",
     "STAGING_REGISTRY",
     "Column",
+    "NulError",
     "TableSchema",
     "check_no_nul",
     "column_arrays",
     "column_plan",
+    "has_nul",
     "json_text",
+    "null_key_rows",
     "pg_type",
     "sql_text",
     "stage_prefix",
     "stage_table_name",
+    "unchecked_json_text",
 ]
 
 LEDGER_TABLE = "_quixsinks_ledger"
@@ -317,18 +322,26 @@ def stage_batch(name: str, sink_id: str) -> int | None:
 
 
 #: a JSON text escape of NUL (an even run of backslashes before it is not an escape)
-_JSON_NUL = r"(^|[^\\])(\\\\)*\\u0000"
+JSON_NUL = r"(^|[^\\])(\\\\)*\\u0000"
+
+
+class NulError(RecordError):
+    """A text or JSON value holds a NUL character, which PostgreSQL cannot store (the
+    sink then finds every such row and refuses it alone: see ``nul_rows`` in wire.py)."""
+
+
+def has_nul(text: pa.Array, pattern: str | None = None) -> pa.Array:
+    """Per value: whether it holds a NUL (or, with ``pattern``, its JSON escape)."""
+    if pattern is None:
+        return pc.match_substring(text, "\x00")
+    return pc.match_substring_regex(text, pattern)
 
 
 def check_no_nul(text: pa.Array, name: str, pattern: str | None = None) -> None:
-    """RecordError for a NUL in a text column (or, with ``pattern``, its JSON escape)."""
-    if pattern is None:
-        found = pc.match_substring(text, "\x00")
-    else:
-        found = pc.match_substring_regex(text, pattern)
-    row = first_true(found)
+    """NulError for a NUL in a text column (or, with ``pattern``, its JSON escape)."""
+    row = first_true(has_nul(text, pattern))
     if row is not None:
-        raise RecordError(
+        raise NulError(
             f"postgresql: column {name!r} holds a NUL character (U+0000) in row {row}, which "
             "PostgreSQL text and jsonb cannot store; remove it, or write the value as binary",
             column=name,
@@ -339,9 +352,14 @@ def check_no_nul(text: pa.Array, name: str, pattern: str | None = None) -> None:
 def json_text(column: pa.Array, name: str, *, strict: bool) -> pa.Array:
     """A nested (or JSON) column as JSON text, nulls kept; ``strict`` for json/jsonb,
     which refuse an escaped NUL too."""
-    text = pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
-    check_no_nul(text, name, _JSON_NUL if strict else None)
+    text = unchecked_json_text(column)
+    check_no_nul(text, name, JSON_NUL if strict else None)
     return text
+
+
+def unchecked_json_text(column: pa.Array) -> pa.Array:
+    """A nested (or JSON) column as JSON text, nulls kept."""
+    return pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
 
 
 def sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
@@ -383,28 +401,25 @@ def column_arrays(
     return out
 
 
-def check_not_null(batch: SinkBatch, columns: Sequence[Column], required: Sequence[str]) -> None:
-    """Raise RecordError for a null in a primary key column."""
+def null_key_rows(
+    batch: SinkBatch, columns: Sequence[Column], required: Sequence[str]
+) -> dict[str, pa.Array]:
+    """Per primary key column of ``required``: whether it is null in each row of the batch
+    (every row, for a column missing from a JSON batch); such a row cannot be written."""
     by_name = {c.name: c for c in columns}
+    out: dict[str, pa.Array] = {}
     for name in required:
         col = by_name.get(name)
         if col is None:
-            raise RecordError(
-                f"postgresql: primary key column {name!r} is in no row of this batch (its "
-                f"columns: {', '.join(by_name)}); every row needs its primary key",
-                column=name,
-            )
+            out[name] = pa.array([True] * batch.num_rows, pa.bool_())
+            continue
         if col.source == "timestamp":
             array = batch.timestamps_ms()
         elif col.source == "key":
             array = batch.keys()
         else:
             array = batch.values().column(name)
-        first = first_null(array)
-        if first is not None:
-            raise RecordError(
-                f"postgresql: primary key column {name!r} is null in row {first} of "
-                f"partition {batch.partition_id}; a primary key cannot be null",
-                column=name,
-                row=first,
-            )
+        out[name] = pc.is_null(array)
+        if isinstance(out[name], pa.ChunkedArray):
+            out[name] = out[name].combine_chunks()
+    return out

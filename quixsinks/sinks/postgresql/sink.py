@@ -34,6 +34,13 @@ this batch (failed or replayed attempts). A driver that dies in between leaves d
 ids that the next commit (or preflight) commits: decided means committed, eventually;
 undecided means rolled back. Readers see a micro-batch's rows appear task by task.
 
+Row-level errors (see docs/sinks/postgresql.md, "Row-level errors"): a value PostgreSQL
+refuses for one row (SQLSTATE class 22 or 23 at the task's COPY), a NUL character, a null
+primary key or a row naming no valid table is refused per row (``on_error``), isolated by
+savepoints inside the task's transaction; refusals are handed over once the write
+committed. The ledger row keeps the batch's commit record (``record``), which
+:meth:`PostgreSQLSink.commit_records` reads back.
+
 The write modes are strategies in ``modes.py`` (this module reads: options and
 preflight, the executor write, the driver commit and abort); the client and the error
 translation are in ``client.py``, the ledger store in ``ledger.py``.
@@ -48,10 +55,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import MachineSlots
-from quixsinks.core.errors import OptionError
+from quixsinks.core.commits import CommitRecord
+from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 
 from . import ddl, ledger
@@ -64,9 +73,9 @@ from .client import (
     task_connection,
     translate,
 )
-from .modes import Load, StagedRows, WriteMode, write_mode
+from .modes import Load, Refused, StagedRows, WriteMode, write_mode
 from .options import PostgreSQLOptions
-from .schema import Column, TableSchema, check_not_null, column_plan
+from .schema import LEDGER_TABLE, Column, TableSchema, column_plan, null_key_rows
 from .wire import discard, route
 
 __all__ = ["PostgreSQLSink", "StagedRows"]
@@ -103,6 +112,14 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                 raise OptionError(
                     f"option 'table_name_column' names column {opts.table_name_column!r}, which "
                     f"the DataFrame does not have; its columns are: {', '.join(schema.names)}",
+                    option="table_name_column",
+                    value=opts.table_name_column,
+                )
+            if pa.types.is_nested(schema.field(opts.table_name_column).type):
+                raise OptionError(
+                    f"option 'table_name_column' names column {opts.table_name_column!r} of "
+                    f"type {schema.field(opts.table_name_column).type}; it must hold text "
+                    "(cast it to string in Spark)",
                     option="table_name_column",
                     value=opts.table_name_column,
                 )
@@ -223,17 +240,22 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
             columns = column_plan(
                 values, key_type, include_metadata=opts.include_metadata, exclude=self.exclude
             )
-        check_not_null(batch, columns, opts.primary_key_columns)
+        fail = opts.on_error == "fail"
+        early = Refused(batch, fail)  # rows refused before any statement
+        targets: list[tuple[str, pa.Array | None]]
         if opts.table_name is not None:
-            targets: list[tuple[str, pa.Array | None]] = [(opts.table_name, None)]
+            targets = [(opts.table_name, None)]
         else:
             assert opts.table_name_column is not None
-            targets = list(route(batch, opts.table_name_column))
+            targets = list(route(batch, opts.table_name_column, early))
+        if opts.primary_key_columns:
+            targets = _without_null_keys(batch, columns, opts.primary_key_columns, targets, early)
         for refreshed in (False, True):
             scratch = self.mode.begin(batch)
             conn = task_connection(opts, batch.task)
+            refused = Refused(batch, fail)
             try:
-                staged = self._write_once(conn, batch, targets, columns, scratch)
+                staged = self._write_once(conn, batch, targets, columns, scratch, refused)
             except psycopg2.Error as exc:
                 rollback_cached(opts, conn)
                 if not refreshed and is_stale(exc):
@@ -242,11 +264,15 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     for name, _ in targets:
                         ddl.ENSURED.forget(describe(opts), opts.schema_name, name)
                     continue
-                raise translate(exc, f"{describe(opts)} table {opts.table_name or '*'}") from exc
+                where = f"{describe(opts)} table {opts.table_name or '*'}"
+                # a row-level error here (a deferred constraint at PREPARE or COMMIT) is
+                # isolated by the glue: this write left nothing behind
+                raise translate(exc, where, rows=True) from exc
             except BaseException:
                 rollback_cached(opts, conn)
                 raise
             self.mode.loaded(batch, scratch)
+            early.apply(refused)
             return staged
         raise AssertionError("unreachable")
 
@@ -257,12 +283,15 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
         targets: list[tuple[str, pa.Array | None]],
         columns: list[Column],
         scratch: dict[str, Any],
+        refused: Refused,
     ) -> StagedRows:
         """DDL first (it commits), then every COPY of this batch in one transaction."""
         staged = StagedRows()
         with conn.cursor() as cur:
-            typed = {name: self._ensure(cur, name, columns) for name, _ in targets}
+            typed = {name: self._ensure_for_write(cur, name, columns) for name, _ in targets}
             for table_name, rows in targets:
+                if rows is not None and len(rows) == 0:  # every row of it was refused
+                    continue
                 kept = typed[table_name]
                 if len(kept) < len(columns):  # schema_contract discard_row / discard_value
                     whole_rows = self.options.schema_contract == "discard_row"
@@ -270,11 +299,21 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     if rows is not None and len(rows) == 0:
                         continue
                 table = TableSchema(self.options.schema_name, table_name)
-                load = Load(batch, table, kept, rows)
-                staged.tables[table_name] = (self.mode.load(cur, load, scratch), load.count)
+                load = Load(batch, table, kept, rows, refused)
+                staged.tables[table_name] = (self.mode.load(cur, load, scratch), load.written)
             self.mode.seal(cur, batch, staged)
         conn.commit()
         return staged
+
+    def _ensure_for_write(self, cur: Any, table_name: str, columns: list[Column]) -> list[Column]:
+        """:meth:`_ensure` on an executor: its errors concern the table, never a row."""
+        psycopg2 = import_psycopg2()
+        try:
+            return self._ensure(cur, table_name, columns)
+        except psycopg2.Error as exc:
+            if is_stale(exc):
+                raise  # write() checks the table again
+            raise translate(exc, f"{describe(self.options)} table {table_name}") from exc
 
     # ------------------------------------------------------------------ driver: commit
 
@@ -283,3 +322,48 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         self.mode.abort(context, receipts)
+
+    # ------------------------------------------------------------------ reading back
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records kept in the ledger table (``record`` column) of the sink's
+        schema, oldest first: the last ``ledger_keep_batches`` batches of each sink id.
+        Needs only the connection options (connection and statement timeouts apply)."""
+        with session(self.options) as cur:
+            columns = ddl.existing_columns(cur, self.options.schema_name, LEDGER_TABLE)
+            if columns is None or "record" not in columns:
+                return []  # no ledger here, or one written before records were kept
+            return ledger.PostgresLedgerStore(cur, self.options.schema_name).records(sink_id)
+
+
+def _without_null_keys(
+    batch: SinkBatch,
+    columns: list[Column],
+    required: tuple[str, ...],
+    targets: list[tuple[str, pa.Array | None]],
+    refuse: Refused,
+) -> list[tuple[str, pa.Array | None]]:
+    """``targets`` less the rows with a null primary key, which go to ``refuse``."""
+    masks = null_key_rows(batch, columns, required)
+    nulls: pa.Array | None = None
+    for mask in masks.values():
+        nulls = mask if nulls is None else pc.or_(nulls, mask)
+    if nulls is None or not pc.any(nulls).as_py():
+        return targets
+    out: list[tuple[str, pa.Array | None]] = []
+    for name, rows in targets:
+        rows = rows if rows is not None else pa.array(range(batch.num_rows), pa.int64())
+        bad = pc.array_take(nulls, rows)
+        for row in rows.filter(bad).to_pylist():
+            column = next(c for c, mask in masks.items() if mask[row].as_py())
+            refuse(
+                row,
+                RecordError(
+                    f"postgresql: primary key column {column!r} is null in row {row} of "
+                    f"partition {batch.partition_id}; a primary key cannot be null",
+                    column=column,
+                    row=row,
+                ),
+            )
+        out.append((name, rows.filter(pc.invert(bad))))
+    return out

@@ -38,22 +38,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from quixsinks.core.arrow import first_null
 from quixsinks.core.batch import SinkBatch
-from quixsinks.core.errors import QuixSinksError, RecordError
+from quixsinks.core.errors import RecordError
 
 from .schema import (
     DELETE_COLUMN,
+    JSON_NUL,
     ROW_COLUMN,
     Column,
     check_no_nul,
     column_arrays,
+    has_nul,
     identifier_problem,
     json_text,
     sql_text,
+    unchecked_json_text,
 )
 
-__all__ = ["CopyData", "copy_data", "delete_flags", "discard", "route"]
+__all__ = ["CopyData", "copy_data", "delete_flags", "discard", "nul_rows", "route"]
 
 logger = logging.getLogger("quixsinks.sinks.postgresql")
 _CSV = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
@@ -70,45 +72,46 @@ _FIXED: dict[str, pa.DataType] = {
 _TEXT = ("text", "character varying", "character", "json")
 
 
-def route(batch: SinkBatch, column_name: str) -> list[tuple[str, pa.Array]]:
-    """(table name, row indices) for each table the text column ``column_name`` names."""
+def route(
+    batch: SinkBatch, column_name: str, refuse: Callable[[int, BaseException], None]
+) -> list[tuple[str, pa.Array]]:
+    """(table name, row indices) for each table the text column ``column_name`` names. A
+    row whose table name is null, not UTF-8, or a name PostgreSQL cannot keep as given
+    goes to ``refuse`` (``batch.refuse``: as on_error says) and is left out."""
     names = batch.column(column_name)
     if pa.types.is_binary(names.type) or pa.types.is_large_binary(names.type):
         try:
             names = pc.cast(names, pa.string())
         except pa.ArrowInvalid:
-            raise RecordError(
-                f"postgresql: 'table_name_column' {column_name!r} holds bytes that are not "
-                "UTF-8 text; table names must be text",
-                column=column_name,
-            ) from None
-    elif pa.types.is_nested(names.type):
-        raise RecordError(
-            f"postgresql: 'table_name_column' {column_name!r} has type {names.type}; it "
-            "must hold text (cast it to string in Spark)",
-            column=column_name,
-        )
+            texts: list[str | None] = []
+            for row, raw in enumerate(names.to_pylist()):
+                try:
+                    texts.append(None if raw is None else raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    refuse(row, _name_error(column_name, "holds bytes that are not UTF-8"))
+                    texts.append(None)
+            names = pa.array(texts, pa.string())
     else:
         names = pc.cast(names, pa.string())
-    row = first_null(names)
-    if row is not None:
-        raise QuixSinksError(
-            f"postgresql: 'table_name_column' {column_name!r} is null "
-            f"in row {row}; every row must name its table"
-        )
+    for row in pc.indices_nonzero(pc.is_null(batch.column(column_name))).to_pylist():
+        refuse(row, _name_error(column_name, "is null: every row must name its table"))
     out = []
-    for name in pc.unique(names).to_pylist():
-        rows = pc.indices_nonzero(pc.equal(names, name))
+    for name in pc.unique(pc.drop_null(names)).to_pylist():
+        rows = pc.indices_nonzero(pc.fill_null(pc.equal(names, name), False))
         problem = identifier_problem(name)
         if problem:
-            raise RecordError(
-                f"postgresql: 'table_name_column' {column_name!r} names a table PostgreSQL "
-                f"cannot keep as given in row {rows[0].as_py()}: {problem}",
-                column=column_name,
-                row=rows[0].as_py(),
-            )
+            for row in rows.to_pylist():
+                what = f"names a table PostgreSQL cannot keep as given in row {row}: {problem}"
+                refuse(row, _name_error(column_name, what))
+            continue
         out.append((name, rows))
     return out
+
+
+def _name_error(column_name: str, what: str) -> RecordError:
+    return RecordError(
+        f"postgresql: 'table_name_column' {column_name!r} {what}", column=column_name
+    )
 
 
 def discard(
@@ -137,6 +140,29 @@ def discard(
     total = batch.num_rows if rows is None else len(rows)
     batch.count("discarded_rows", total - len(keep))
     return keep if len(keep) < total else rows
+
+
+def nul_rows(batch: SinkBatch, columns: Sequence[Column], rows: pa.Array) -> dict[int, str]:
+    """The rows (of ``rows``, indices into the batch's table) whose value in one of
+    ``columns`` holds a NUL character, which PostgreSQL text, json and jsonb refuse (in a
+    JSON column: its escape too), each with the first such column. Run only once the
+    encoder has met one."""
+    found: dict[int, str] = {}
+    for name, array in column_arrays(batch, columns, rows).items():
+        pg = next(c.pg_type for c in columns if c.name == name).split("(")[0]
+        if pa.types.is_dictionary(array.type):
+            array = array.dictionary_decode()
+        t = array.type
+        if pg in ("json", "jsonb") or pa.types.is_nested(t) or pa.types.is_null(t):
+            strict = pg in ("json", "jsonb")
+            hit = has_nul(unchecked_json_text(array), JSON_NUL if strict else None)
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            hit = has_nul(array)
+        else:
+            continue
+        for row in rows.filter(pc.fill_null(hit, False)).to_pylist():
+            found.setdefault(int(row), name)
+    return dict(sorted(found.items()))
 
 
 def delete_flags(batch: SinkBatch, column_name: str) -> pa.Array:
