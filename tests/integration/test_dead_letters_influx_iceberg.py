@@ -17,6 +17,7 @@ import pytest
 import quixsinks
 from quixsinks.testing import faulty
 
+from .poison import SCHEMA as KAFKA_SCHEMA
 from .poison import (
     assert_nothing_staged,
     dead_letter,
@@ -25,7 +26,6 @@ from .poison import (
     read_dead_letters,
     write_kafka_batches,
 )
-from .poison import SCHEMA as KAFKA_SCHEMA
 from .streams import run_available_now
 
 
@@ -171,7 +171,9 @@ def test_influxdb3_refuses_exactly_the_lines_the_server_numbers(
         ),
     )
     batches = [[(f"k{i}", f'{{"sensor": "s{i}", "v": {i}.5}}') for i in range(3)]]
-    run_stream(spark, tmp_path, "influxdb3", influx_options(influx, **dead_letter(tmp_path)), batches)
+    run_stream(
+        spark, tmp_path, "influxdb3", influx_options(influx, **dead_letter(tmp_path)), batches
+    )
     assert sensors(influx) == ["s0", "s2"]
     [letter] = read_dead_letters(tmp_path / "dead")
     assert letter["row"]["offset"] == 1
@@ -208,3 +210,122 @@ def test_influx_a_failed_commit_replayed_keeps_each_dead_letter_once(
     assert sensors(influx) == INFLUX_GOOD
     assert dead_letter_offsets(tmp_path / "dead") == sorted(INFLUX_POISON)
     assert_nothing_staged(tmp_path / "dead")
+
+
+# ---------------------------------------------------------------------- Iceberg
+
+#: offset: why it is refused (the rows not listed land)
+ICEBERG_POISON = {
+    1: "not JSON (the glue)",
+    2: "no value for the required column id",
+    4: "a string in the bigint column v (no schema evolution allows it)",
+    6: "a JSON key _key, which Quix's layout uses for the record key",
+    8: "a fraction in the bigint column v (beside an integer of the same batch)",
+}
+ICEBERG_BATCHES = [
+    [
+        ("k0", '{"id": 0, "v": 1}'),
+        ("k1", "{not json"),
+        ("k2", '{"v": 2}'),
+        ("k3", '{"id": 3, "v": 3}'),
+    ],
+    [("k4", '{"id": 4, "v": "four"}'), ("k5", '{"id": 5}'), ("k6", '{"id": 6, "_key": "x"}')],
+    [("k7", '{"id": 7, "v": 7}'), ("k8", '{"id": 8, "v": 9.5}')],
+]
+ICEBERG_GOOD = [0, 3, 5, 7]
+
+
+@pytest.fixture
+def ice_table(tmp_path: Path) -> dict[str, Any]:
+    """A table made beforehand with a required column: ``id bigint NOT NULL, v bigint``
+    (plus Quix's ``_key`` and ``_timestamp``)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+    from quixsinks.sinks.iceberg import IcebergOptions
+    from quixsinks.sinks.iceberg.client import load_catalog
+
+    options = {
+        "warehouse": str(tmp_path / "warehouse"),
+        "table_name": "db.events",
+        "value_columns": "value",  # `t` is no value
+    }
+    catalog = load_catalog(IcebergOptions.from_options(options))
+    catalog.create_namespace("db")
+    catalog.create_table(
+        "db.events",
+        Schema(
+            NestedField(1, "_key", StringType(), required=False),
+            NestedField(2, "_timestamp", TimestamptzType(), required=False),
+            NestedField(3, "id", LongType(), required=True),
+            NestedField(4, "v", LongType(), required=False),
+        ),
+    )
+
+    def ids() -> list[int]:
+        table = catalog.load_table("db.events")
+        return sorted(table.scan().to_arrow().column("id").to_pylist())
+
+    return {"options": options, "ids": ids}
+
+
+def test_iceberg_poison_rows_go_to_the_dead_letter_path_once_with_commit_records(
+    spark: Any, tmp_path: Path, ice_table: dict[str, Any]
+) -> None:
+    options = {**ice_table["options"], "sink_id": "orders", **dead_letter(tmp_path)}
+    run_stream(spark, tmp_path, "iceberg", options, ICEBERG_BATCHES)
+    assert ice_table["ids"]() == ICEBERG_GOOD
+    assert dead_letter_offsets(tmp_path / "dead") == sorted(ICEBERG_POISON)
+    letters = {letter["row"]["offset"]: letter for letter in read_dead_letters(tmp_path / "dead")}
+    assert {letter["sink"] for letter in letters.values()} == {"iceberg"}
+    assert {o: letters[o]["batch_id"] for o in (2, 4, 6, 8)} == {2: 0, 4: 1, 6: 1, 8: 2}
+    assert {letter["error"]["type"] for letter in letters.values()} == {"RecordError"}
+    assert "required" in letters[2]["error"]["message"]
+    assert_nothing_staged(tmp_path / "dead")
+
+    records = quixsinks.commit_records("iceberg", **ice_table["options"], sink_id="orders")
+    assert records.column("batch_id").to_pylist() == [0, 1, 2]
+    assert records.column("rows").to_pylist() == [4, 3, 2]
+    assert records.column("rows_written").to_pylist() == [2, 1, 1]
+    assert records.column("dead_lettered").to_pylist() == [2, 2, 1]
+
+
+def test_iceberg_skip_drops_the_poison_rows(
+    spark: Any, tmp_path: Path, ice_table: dict[str, Any]
+) -> None:
+    options = {**ice_table["options"], "on_error": "skip"}
+    run_stream(spark, tmp_path, "iceberg", options, ICEBERG_BATCHES)
+    assert ice_table["ids"]() == ICEBERG_GOOD
+    records = quixsinks.commit_records("iceberg", **ice_table["options"])
+    assert records.column("skipped").to_pylist() == [2, 2, 1]
+
+
+def test_iceberg_fail_names_the_rows_kafka_offset(
+    spark: Any, tmp_path: Path, ice_table: dict[str, Any]
+) -> None:
+    with pytest.raises(Exception, match="topic 'orders' partition 0 offset 2 was refused"):
+        run_stream(spark, tmp_path, "iceberg", ice_table["options"], ICEBERG_BATCHES[:1])
+    assert ice_table["ids"]() == []
+
+
+def test_iceberg_a_failed_commit_replayed_keeps_each_dead_letter_once(
+    spark: Any, tmp_path: Path, ice_table: dict[str, Any]
+) -> None:
+    from quixsinks.sinks.iceberg import IcebergSink
+
+    quixsinks.register(spark, faulty(IcebergSink), check_workers=False)
+    options = {
+        **ice_table["options"],
+        "fail_batch": "1",
+        "fail_phase": "commit-before",
+        "fail_marker": str(tmp_path / "fired"),
+        **dead_letter(tmp_path),
+    }
+    with pytest.raises(Exception, match="injected failure"):
+        run_stream(spark, tmp_path, "faulty_iceberg", options, ICEBERG_BATCHES)
+    run_stream(spark, tmp_path, "faulty_iceberg", options, ICEBERG_BATCHES)
+    assert ice_table["ids"]() == ICEBERG_GOOD
+    assert dead_letter_offsets(tmp_path / "dead") == sorted(ICEBERG_POISON)
+    assert_nothing_staged(tmp_path / "dead")
+    records = quixsinks.commit_records("faulty_iceberg", **ice_table["options"])
+    assert records.column("batch_id").to_pylist() == [0, 1, 2]
