@@ -12,7 +12,10 @@ Answers, per the 1.x handler (``services/httpd``):
 * 204: written.
 * 400 ``partial write: field type conflict ...`` / ``points beyond retention policy`` /
   ``unable to parse``: a row-level refusal, :class:`RecordError` (the server stored the
-  request's other points; a replay overwrites them);
+  request's other points; a replay overwrites them); the sink turns ``unable to parse
+  '<line>'`` into the refused lines' numbers (:func:`numbered_parse_errors`);
+* 400 ``max-series-per-database`` / ``max-values-per-tag limit exceeded``: a server limit,
+  :class:`DestinationError` (not row-level);
 * 401/403: :class:`DestinationAccessDeniedError`, never retried;
 * 404 ``database not found``, and 500 ``retention policy not found`` (1.x answers it
   with a 500; the one answer recognised by its text, as 1.x has no error codes):
