@@ -894,7 +894,7 @@ def test_kafka_json_schema_freeze_refuses_a_new_key_and_takes_known_ones(
     [
         ('{"id": "one"}', r"incompatible with table db\.events.*\bid\b"),
         ('{"id": 1.5}', r"incompatible with table db\.events.*\bid\b"),
-        ('{"_key": "mine"}', r"have a key '_key', which Quix's layout uses"),
+        ('{"_key": "mine"}', r"has a key '_key' \(row 0\), which Quix's layout uses"),
     ],
 )
 def test_kafka_json_values_the_table_cannot_take_fail_naming_the_key(

@@ -17,12 +17,12 @@ T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
 def render(
     protocol: LineProtocol, columns: dict[str, list[object]], times: list[int] | None = None
-) -> tuple[list[str], int]:
+) -> tuple[list[str], list[int]]:
     arrays = {k: pa.array(v) for k, v in columns.items()}
     rows = len(next(iter(arrays.values())))
     stamps = pa.array(times if times is not None else [1] * rows, pa.int64())
-    lines, skipped = protocol.lines(arrays, stamps, rows)
-    return lines.to_pylist(), skipped
+    lines, without = protocol.lines(arrays, stamps, rows)
+    return lines.to_pylist(), without
 
 
 def lp(**kwargs: object) -> LineProtocol:
@@ -73,10 +73,10 @@ def test_null_fields_and_empty_tags_are_left_out() -> None:
     assert lines == ["m b=2i 1\n", "m a=1i 1\n"]
 
 
-def test_rows_without_any_field_are_counted_and_skipped() -> None:
+def test_rows_without_any_field_have_no_line_and_are_named() -> None:
     lines, skipped = render(lp(fields=("a",)), {"a": [1, None, 3]}, [1, 2, 3])
     assert lines == ["m a=1i 1\n", "m a=3i 3\n"]
-    assert skipped == 1
+    assert skipped == [1]
 
 
 def test_nan_is_an_error_by_default() -> None:
@@ -89,7 +89,7 @@ def test_nan_and_infinity_can_be_dropped() -> None:
         lp(fields=("f", "g"), invalid_floats="drop"), {"f": [float("inf"), 2.0], "g": [1, None]}
     )
     assert lines == ["m g=1i 1\n", "m f=2 1\n"]
-    assert skipped == 0
+    assert skipped == []
 
 
 def test_a_newline_in_a_tag_value_is_a_record_error() -> None:

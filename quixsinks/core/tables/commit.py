@@ -79,6 +79,7 @@ def append_once(
     load_table: Callable[[], Any],
     table_name: str,
     overwrite: bool = False,
+    record: Callable[[], str] | None = None,
 ) -> AppendOutcome:
     """Commit ``files`` (pyiceberg ``DataFile`` entries) as one snapshot of this batch,
     unless the table's ledger already holds the batch.
@@ -86,6 +87,8 @@ def append_once(
     Args:
         catalog: the catalog and its commit rules (attempts, fencing, secrets to scrub).
         load_table: loads the table afresh (raises a QuixSinksError when it cannot).
+        record: the batch's commit record (JSON), made just before each commit attempt and
+            stored in the snapshot summary (``quixsinks.record``); None: no record.
 
     Raises:
         LedgerFenceError: another streaming query owns the sink id.
@@ -107,7 +110,11 @@ def append_once(
             log_already_committed(context.sink_id, context.batch_id, f"{sink}: {table_name}")
             return AppendOutcome(table, already_committed=True)
         props = summary_properties(
-            context.sink_id, context.batch_id, context.query_id, store.takeover_of
+            context.sink_id,
+            context.batch_id,
+            context.query_id,
+            store.takeover_of,
+            record=None if record is None else record(),
         )
         tx = table.transaction()
         if overwrite:

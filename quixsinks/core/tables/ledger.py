@@ -26,11 +26,13 @@ __all__ = [
     "BATCH_ID",
     "CARRIED_PREFIX",
     "QUERY_ID",
+    "RECORD",
     "SINK_ID",
     "TAKEOVER_OF",
     "SnapshotLedgerStore",
     "carried_entry",
     "carried_value",
+    "stored_records",
     "summary_properties",
 ]
 
@@ -38,6 +40,9 @@ SINK_ID = "quixsinks.sink-id"
 QUERY_ID = "quixsinks.query-id"
 BATCH_ID = "quixsinks.batch-id"
 TAKEOVER_OF = "quixsinks.takeover-of"
+#: the batch's commit record (JSON, :class:`~quixsinks.core.commits.CommitRecord`), where
+#: the sink stores one
+RECORD = "quixsinks.record"
 #: table property prefix of the entries carried over from expired snapshots
 CARRIED_PREFIX = "quixsinks.ledger."
 
@@ -58,13 +63,37 @@ def carried_value(entry: LedgerEntry) -> str:
 
 
 def summary_properties(
-    sink_id: str, batch_id: int, query_id: str, takeover_of: str | None = None
+    sink_id: str,
+    batch_id: int,
+    query_id: str,
+    takeover_of: str | None = None,
+    record: str | None = None,
 ) -> dict[str, str]:
-    """The snapshot summary properties that record one micro-batch."""
+    """The snapshot summary properties that record one micro-batch (and its commit
+    record's JSON, when given)."""
     props = {SINK_ID: sink_id, QUERY_ID: query_id, BATCH_ID: str(batch_id)}
     if takeover_of is not None:
         props[TAKEOVER_OF] = takeover_of
+    if record is not None:
+        props[RECORD] = record
     return props
+
+
+def stored_records(table: Any, sink_id: str | None = None) -> list[str]:
+    """The commit records (JSON) in the summaries of the main branch's snapshots, oldest
+    first; of ``sink_id`` only when given. Snapshots committed without one are skipped;
+    an expired snapshot takes its record with it."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    metadata = table.metadata
+    found = []
+    for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+        props = _summary(snapshot)
+        if RECORD not in props or (sink_id is not None and props.get(SINK_ID) != sink_id):
+            continue
+        found.append(props[RECORD])
+    found.reverse()
+    return found
 
 
 def _summary(snapshot: Any) -> dict[str, str]:

@@ -28,7 +28,7 @@ from quixsinks.core.tables.partitioning import PartitionField, add_partition_fie
 
 from .client import catalog_properties, forget_catalog, load_catalog, translate
 from .options import IcebergOptions
-from .wire import check_types, conform_schema, nullable
+from .wire import check_types, conform_schema, keeping_required, nullable
 
 __all__ = ["NEW_TABLE_PROPERTIES", "SCHEMA_MAX_ATTEMPTS", "TableDDL", "TablePlan"]
 
@@ -86,8 +86,10 @@ class TableDDL:
             forget_catalog(self.options)
             raise self._catalog_error(exc, "loading the table") from None
 
-    def ensure(self, schema: pa.Schema) -> TablePlan:
-        """Load, create or evolve the table (driver I/O, once per process and schema)."""
+    def ensure(self, schema: pa.Schema, *, json_values: bool = False) -> TablePlan:
+        """Load, create or evolve the table (driver I/O, once per process and schema).
+        ``json_values``: ``schema`` is Quix's layout without the value columns (each
+        batch's JSON brings them), so it may lack a required column."""
         from pyiceberg.exceptions import (
             NoSuchNamespaceError,
             NoSuchTableError,
@@ -115,7 +117,7 @@ class TableDDL:
             except Exception as exc:
                 raise self._catalog_error(exc, "loading the table") from None
             last[:] = [table]
-            if not self.reconcile(table, schema):
+            if not self.reconcile(table, schema, lacking_required=json_values):
                 raise TableRaced(f"iceberg: the schema of {opts.table_name} changed meanwhile")
             return table
 
@@ -184,10 +186,19 @@ class TableDDL:
         )
         return table
 
-    def reconcile(self, table: Any, schema: pa.Schema, source: str = "the DataFrame") -> bool:
+    def reconcile(
+        self,
+        table: Any,
+        schema: pa.Schema,
+        source: str = "the DataFrame",
+        *,
+        lacking_required: bool = False,
+    ) -> bool:
         """Check the DataFrame (or a batch's JSON values: ``source``) fits the table; evolve
         it (schema_mode=evolve). False when a concurrent schema change won (reload and try
-        again)."""
+        again). A required column stays required (a row without a value for it is refused
+        when written); ``lacking_required``: ``schema`` may lack such a column (a batch's
+        JSON: its rows are refused), else that is an OptionError."""
         from pyiceberg.exceptions import CommitFailedException
 
         from quixsinks.core.tables.pyiceberg_compat import evolved_schema
@@ -196,7 +207,7 @@ class TableDDL:
         current = table.schema()
         names = set(schema.names)
         missing = [f.name for f in current.fields if f.required and f.name not in names]
-        if missing:
+        if missing and not lacking_required:
             raise OptionError(
                 f"iceberg: table {opts.table_name} has required columns {source} lacks: "
                 f"{', '.join(missing)}",
@@ -205,7 +216,7 @@ class TableDDL:
             )
         update = table.update_schema()
         try:
-            update.union_by_name(nullable(schema))
+            update.union_by_name(keeping_required(nullable(schema), current))
             evolved = evolved_schema(update)
         except Exception as exc:
             raise OptionError(
@@ -244,7 +255,7 @@ class TableDDL:
             columns = conform_schema(parsed, table.schema())
             try:
                 check_types(columns)
-                raced = not self.reconcile(table, columns, source)
+                raced = not self.reconcile(table, columns, source, lacking_required=True)
             except OptionError as exc:
                 raise RecordError(str(exc)) from None
             if raced:

@@ -20,21 +20,23 @@ again and the commit retried (the table layer's :mod:`~quixsinks.core.tables.com
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from quixsinks.core.batch import SinkBatch
 from quixsinks.core.clients import ClientCache, client_key
-from quixsinks.core.errors import (
-    OptionError,
-)
+from quixsinks.core.commits import CommitRecord
+from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.secrets import scrub
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 from quixsinks.core.tables.catalog import load_io
 from quixsinks.core.tables.commit import append_once
 from quixsinks.core.tables.expiry import expire_old_snapshots
+from quixsinks.core.tables.ledger import stored_records
 from quixsinks.core.tables.partitioning import (
     PartitionField,
     parse_partition_by,
@@ -45,7 +47,15 @@ from .ddl import TableDDL, TablePlan
 from .files import delete_files, referenced, sweep
 from .ledger import SnapshotLedgerStore
 from .options import IcebergOptions
-from .wire import QUIX_LAYOUT, check_types, layout_schema, layout_table, write_data_files
+from .wire import (
+    QUIX_LAYOUT,
+    check_types,
+    layout_schema,
+    layout_table,
+    required_nulls,
+    without_rows,
+    write_data_files,
+)
 
 __all__ = ["IcebergSink", "TablePlan"]
 
@@ -129,7 +139,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                     value=opts.partition_by,
                 )
         key = client_key(opts, opts.catalog_properties_key(), schema, self.overwrite)
-        self.plan = _PLANS.get(key, lambda: self._ddl().ensure(rows))
+        self.plan = _PLANS.get(key, lambda: self._ddl().ensure(rows, json_values=json_values))
 
     def _ddl(self) -> TableDDL:
         return TableDDL(self.options, self.partition_fields)
@@ -164,23 +174,82 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         with: the table's schema is evolved (schema_mode=evolve) when the JSON has keys or
         types it lacks, once per process and JSON shape."""
         assert self.plan is not None
+        plan = self.plan
+
+        def fit(rows: pa.Table) -> tuple[pa.Schema, Any]:
+            return _JSON_FITS.get(
+                (plan.metadata_json, rows.schema),
+                lambda: self._ddl().evolve_for(rows.schema, f"the JSON of batch {batch.batch_id}"),
+            )
+
         rows = layout_table(batch)
-        columns, metadata = _JSON_FITS.get(
-            (self.plan.metadata_json, rows.schema),
-            lambda: self._ddl().evolve_for(rows.schema, f"the JSON of batch {batch.batch_id}"),
-        )
+        try:
+            columns, metadata = fit(rows)
+        except RecordError:
+            # a slice of a batch (the glue isolating a bad row) keeps the types the whole
+            # batch's JSON gave (1 and 1.5 in one key: double): its own JSON may fit
+            own = layout_table(dataclasses.replace(batch, _values=None))
+            if own.schema == rows.schema:
+                raise
+            rows = own
+            columns, metadata = fit(rows)
         return rows.select(columns.names).cast(columns), metadata
 
     def write(self, batch: Any) -> list[Any]:
+        """The batch's data files. Rows the table refuses and that the conversion can
+        name (a null in a required column, a key that is not text, a JSON key a row
+        cannot use) are refused as ``on_error`` says, once the files are written (at once
+        under ``on_error=fail``); a refusal pinned to no row (a type the schema cannot
+        take, a value pyiceberg's writer refuses) is raised for the whole batch, which
+        the glue then splits to find the rows. A write that raises leaves nothing in
+        the receipt (a file it wrote is an orphan, swept later)."""
+        refused: list[tuple[SinkBatch, int, RecordError]] = []
+        while True:
+            try:
+                files, required = self._write_rows(batch)
+                break
+            except RecordError as exc:
+                if exc.row is None or not 0 <= exc.row < batch.num_rows:
+                    raise
+                if self.options.on_error == "fail":
+                    batch.refuse(exc.row, exc)  # raises, naming the row
+                refused.append((batch, exc.row, exc))
+                batch = without_rows(batch, [exc.row])
+        for piece, row, error in [*refused, *required]:
+            piece.refuse(row, error)
+        batch.count("data_files", len(files))
+        return files
+
+    def _write_rows(
+        self, batch: SinkBatch
+    ) -> tuple[list[Any], list[tuple[SinkBatch, int, RecordError]]]:
+        """The data files of the batch's rows less those with a null in a required
+        column (returned, to refuse)."""
         if batch.records.value_json:
             rows, metadata = self._json_rows(batch)
         else:
             rows, metadata = batch.table, self._metadata()
+        nulls = required_nulls(rows, metadata.schema())
+        required: list[tuple[SinkBatch, int, RecordError]] = []
+        if nulls:
+            for row, column in nulls.items():
+                error = RecordError(
+                    f"iceberg: column {column!r} of {self.options.table_name} is required, "
+                    "and the row has no value for it",
+                    column=column,
+                    row=row,
+                )
+                if self.options.on_error == "fail":
+                    batch.refuse(row, error)
+                required.append((batch, row, error))
+            keep = [row for row in range(rows.num_rows) if row not in nulls]
+            rows = rows.take(pa.array(keep, pa.int64()))
+        if rows.num_rows == 0:
+            return [], required
         files = write_data_files(
             metadata, rows, self._io(), table_name=self.options.table_name, batch=batch
         )
-        batch.count("data_files", len(files))
-        return files
+        return files, required
 
     # ------------------------------------------------------------------ driver: commit
 
@@ -198,6 +267,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
             load_table=self._load_table,
             table_name=opts.table_name,
             overwrite=self.overwrite,
+            record=lambda: context.commit_record(receipts).to_json(),
         )
         if outcome.already_committed:
             # this attempt's data files are not in the table: delete those it does not name
@@ -251,6 +321,14 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                 self.options.staging_max_age_hours,
             )
         return len(orphans)
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records in the summaries of the table's snapshots (main branch),
+        oldest first; snapshots committed before records were kept have none, and snapshot
+        expiry removes records with their snapshots. Needs no ``prepare``: the table is
+        loaded through the catalog (with its timeouts)."""
+        table = self._load_table()
+        return [CommitRecord.from_json(text) for text in stored_records(table, sink_id)]
 
     def abort(self, context: CommitContext, receipts: list[Receipt[list[Any]]]) -> None:
         files = [f for r in receipts for s in r.staged for f in s]

@@ -32,10 +32,13 @@ evolution with the column named.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from quixsinks.core.arrow import first_true
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.records import RecordSchema
@@ -47,9 +50,12 @@ __all__ = [
     "TIMESTAMP",
     "check_types",
     "conform_schema",
+    "keeping_required",
     "layout_schema",
     "layout_table",
     "nullable",
+    "required_nulls",
+    "without_rows",
     "write_data_files",
 ]
 
@@ -62,6 +68,13 @@ QUIX_LAYOUT = (PartitionField(KEY, "identity"), PartitionField(TIMESTAMP, "day")
 def nullable(schema: pa.Schema) -> pa.Schema:
     """Every top-level column optional: streaming input may hold nulls later."""
     return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def keeping_required(schema: pa.Schema, table_schema: Any) -> pa.Schema:
+    """``schema`` with the table's required top-level columns non-nullable, so that a
+    schema union never relaxes them (their nulls are refused per row instead)."""
+    required = {f.name for f in table_schema.fields if f.required}
+    return pa.schema([f.with_nullable(False) if f.name in required else f for f in schema])
 
 
 def check_types(schema: pa.Schema) -> None:
@@ -115,6 +128,32 @@ def write_data_files(
             f"iceberg: batch {batch.batch_id} partition {batch.partition_id} cannot be "
             f"written to {table_name}: {exc}"
         ) from exc
+
+
+def required_nulls(rows: pa.Table, table_schema: Any) -> dict[int, str]:
+    """The rows (indices) with no value in a required top-level column of the table, each
+    with the first such column (a column the rows lack is null in every row)."""
+    found: dict[int, str] = {}
+    for field in table_schema.fields:
+        if not field.required:
+            continue
+        if field.name not in rows.column_names:
+            missing: list[int] = list(range(rows.num_rows))
+        else:
+            column = rows.column(field.name)
+            if not column.null_count:
+                continue
+            missing = pc.indices_nonzero(pc.is_null(column)).to_pylist()
+        for row in missing:
+            found.setdefault(row, field.name)
+    return found
+
+
+def without_rows(batch: SinkBatch, rows: list[int]) -> SinkBatch:
+    """``batch`` less ``rows`` (indices into its table), counting into the same task."""
+    keep = pc.invert(pc.is_in(pa.array(range(batch.num_rows)), pa.array(rows, pa.int64())))
+    values = batch._values.filter(keep) if batch._values is not None else None
+    return dataclasses.replace(batch, table=batch.table.filter(keep), _values=values)
 
 
 def _key_type(t: pa.DataType) -> pa.DataType:
@@ -196,15 +235,21 @@ def layout_table(batch: SinkBatch) -> pa.Table:
     batch fails naming it (never one value silently replacing the other).
     """
     records = batch.records
-    values = batch.values()
+    values = _untyped_when_empty(batch.values())
     own = [n for n, c in ((KEY, records.key), (TIMESTAMP, records.timestamp)) if c is not None]
-    clash = [n for n in own if n in values.column_names]
-    if clash:
+    for name in own:
+        if name not in values.column_names:
+            continue
+        row = first_true(pc.is_valid(values.column(name)))
+        if row is None:  # no row of this slice has the key
+            values = values.drop_columns([name])
+            continue
         raise RecordError(
-            f"iceberg: the JSON values of batch {batch.batch_id} have a key {clash[0]!r}, "
-            f"which Quix's layout uses for the record's own {clash[0][1:]}; rename it in the "
-            "producer, or set value_format=columns to write the value unparsed",
-            column=clash[0],
+            f"iceberg: the JSON value has a key {name!r} (row {row}), which Quix's layout "
+            f"uses for the record's own {name[1:]}; rename it in the producer, or set "
+            "value_format=columns to write the value unparsed",
+            column=name,
+            row=row,
         )
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     if records.key is not None:
@@ -216,6 +261,17 @@ def layout_table(batch: SinkBatch) -> pa.Table:
     if not columns:
         return values
     return pa.table(columns)
+
+
+def _untyped_when_empty(values: pa.Table) -> pa.Table:
+    """A column null in every row typed null: a slice of a batch keeps the types of the
+    whole batch's JSON, and a type only the other rows gave must not decide (the column
+    then takes the table's type, or is left out)."""
+    for index, name in enumerate(values.column_names):
+        column = values.column(index)
+        if len(column) and column.null_count == len(column) and not pa.types.is_null(column.type):
+            values = values.set_column(index, name, pa.nulls(len(column)))
+    return values
 
 
 def _field_type(existing: Any, name: str) -> Any:

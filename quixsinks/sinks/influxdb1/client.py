@@ -12,7 +12,10 @@ Answers, per the 1.x handler (``services/httpd``):
 * 204: written.
 * 400 ``partial write: field type conflict ...`` / ``points beyond retention policy`` /
   ``unable to parse``: a row-level refusal, :class:`RecordError` (the server stored the
-  request's other points; a replay overwrites them);
+  request's other points; a replay overwrites them); the sink turns ``unable to parse
+  '<line>'`` into the refused lines' numbers (:func:`numbered_parse_errors`);
+* 400 ``max-series-per-database`` / ``max-values-per-tag limit exceeded``: a server limit,
+  :class:`DestinationError` (not row-level);
 * 401/403: :class:`DestinationAccessDeniedError`, never retried;
 * 404 ``database not found``, and 500 ``retention policy not found`` (1.x answers it
   with a 500; the one answer recognised by its text, as 1.x has no error codes):
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 import urllib.parse
 from dataclasses import dataclass
@@ -50,7 +54,14 @@ from quixsinks.core.vendors.http import import_client, retry_after_seconds
 
 from .options import InfluxDB1Options
 
-__all__ = ["Answer", "InfluxDB1Client", "client", "import_urllib3", "translate"]
+__all__ = [
+    "Answer",
+    "InfluxDB1Client",
+    "client",
+    "import_urllib3",
+    "numbered_parse_errors",
+    "translate",
+]
 
 #: line protocol, as the 1.x server expects it
 CONTENT_TYPE = "text/plain; charset=utf-8"
@@ -216,6 +227,13 @@ def _answer_error(answer: Answer, where: str) -> QuixSinksError | None:
             location=where,
         )
     if status == 400:
+        if any(limit in message for limit in _CARDINALITY_LIMITS):
+            # the server's series or tag-value limit: raise it, or drop series; no row's fault
+            return DestinationError(
+                f"{text}; the database reached a cardinality limit of the server "
+                "(max-series-per-database, max-values-per-tag)",
+                location=where,
+            )
         if "retention policy" in message and "beyond" in message:
             return RecordError(
                 f"{text} (points older than the retention policy's duration: the server "
@@ -231,6 +249,39 @@ def _answer_error(answer: Answer, where: str) -> QuixSinksError | None:
     if status >= 500:
         return RetryableError(text)
     return DestinationError(text, location=where)
+
+
+#: 1.x's 400 answers for a server limit, not for the points' content
+_CARDINALITY_LIMITS = (
+    "max-series-per-database limit exceeded",
+    "max-values-per-tag limit exceeded",
+)
+_UNABLE = "unable to parse '"
+_DROPPED = re.compile(r"\s*dropped=\d+\s*$")
+
+
+def numbered_parse_errors(message: str, body: bytes) -> dict[int, str] | None:
+    """The lines of ``body`` (1-based) that a 1.x 400 answer ``message`` refuses as
+    ``unable to parse '<line>': <why>``, with the reasons; None unless every error of the
+    answer is such a line found in ``body`` (a field type conflict names no line)."""
+    text = message.removeprefix("partial write:").strip()
+    text = _DROPPED.sub("", text)
+    segments = [segment.strip() for segment in text.split("\n") if segment.strip()]
+    if not segments:
+        return None
+    lines = body.decode("utf-8", errors="replace").split("\n")
+    found: dict[int, str] = {}
+    for segment in segments:
+        if not segment.startswith(_UNABLE):
+            return None
+        rest = segment[len(_UNABLE) :]
+        for number, line in enumerate(lines, start=1):
+            if line and rest.startswith(line + "': ") and number not in found:
+                found[number] = rest[len(line) + 3 :]
+                break
+        else:
+            return None
+    return found
 
 
 def _network_error(exc: Exception, where: str, timeout_ms: int) -> QuixSinksError | None:

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
-from quixsinks.core.errors import DestinationError, RetryableError
+from quixsinks.core.errors import DestinationError, RecordError, RetryableError
 from quixsinks.sinks.influxdb3.points import PointsSink
-from quixsinks.sinks.influxdb3.wire import gzip_body
+from quixsinks.sinks.influxdb3.wire import LinesRefused, gzip_body
 
-from .client import client, import_urllib3, translate
+from .client import client, import_urllib3, numbered_parse_errors, translate
 from .options import InfluxDB1Options
 
 __all__ = ["InfluxDB1Sink"]
@@ -70,8 +70,16 @@ class InfluxDB1Sink(PointsSink[InfluxDB1Options]):
     # ------------------------------------------------------------------ executor
 
     def _send(self, body: bytes) -> bool:
+        """One request; a 400 that names every refused line (``unable to parse '<line>'``)
+        is a LinesRefused, so that exactly those rows are refused."""
         gzip = self.options.enable_gzip
-        client(self.options).write(gzip_body(body) if gzip else body, gzip=gzip)
+        try:
+            client(self.options).write(gzip_body(body) if gzip else body, gzip=gzip)
+        except RecordError as exc:
+            numbered = numbered_parse_errors(exc.message, body)
+            if numbered is None:
+                raise
+            raise LinesRefused(exc.message, lines=numbered) from exc
         return True
 
 

@@ -9,7 +9,8 @@ Answers of a write, classified by HTTP status (the SDK's ``InfluxDBError.respons
 * 422 (points outside the retention period): skipped and counted, or a
   :class:`RecordError` with ``raise_on_retention_violation``;
 * 401/403: :class:`DestinationAccessDeniedError`; 404: :class:`DestinationNotFoundError`;
-  400: :class:`RecordError` naming the refused lines;
+  400: :class:`~.wire.LinesRefused` when the server numbered the refused lines (their rows
+  are refused), else :class:`RecordError` (the glue splits the batch to find the rows);
 * no answer (refused, dropped, timed out): :class:`RetryableError`; a server certificate
   that does not verify: the non-retryable error of :mod:`quixsinks.core.tls`.
 """
@@ -38,6 +39,7 @@ from quixsinks.core.vendors.http import import_client as import_vendor_client
 from quixsinks.core.vendors.http import retry_after_seconds
 
 from .options import InfluxDB3Options
+from .wire import LinesRefused
 
 __all__ = ["import_client", "ping", "tls_context", "translate", "write"]
 
@@ -127,12 +129,10 @@ def translate(
     if status == 422:
         if retention_ok:
             return None
-        return RecordError(
-            _with_lines(
-                f"{text} (points outside the retention period; set "
-                "raise_on_retention_violation=false to skip them)",
-                exc,
-            )
+        return _refused(
+            f"{text} (points outside the retention period; set "
+            "raise_on_retention_violation=false to skip them)",
+            exc,
         )
     if status in (401, 403):
         return DestinationAccessDeniedError(
@@ -142,7 +142,7 @@ def translate(
     if status == 404:
         return DestinationNotFoundError(f"{text}; does the database exist?", location=where)
     if status == 400:
-        return RecordError(_with_lines(text, exc))
+        return _refused(text, exc)
     if status is not None and status >= 500:
         return RetryableError(text)
     if status is None and timeout_ms is not None and _is_timeout(exc):
@@ -221,6 +221,42 @@ def _is_server_error(exc: Exception) -> bool:
         "influxdb_client_3",
         "influxdb_client",
     )
+
+
+def _refused(message: str, exc: Exception) -> RecordError:
+    """A write the server refused for its lines: :class:`LinesRefused` when the server
+    numbered every refused line (the sink refuses exactly those rows), else a RecordError
+    for the whole request (the glue splits the batch to find the rows)."""
+    text = _with_lines(message, exc)
+    numbered: dict[int, str] = {}
+    for number, why in _line_errors(exc):
+        if number < 1:
+            return RecordError(text)
+        numbered[number] = why
+    if numbered:
+        return LinesRefused(text, lines=numbered)
+    return RecordError(text)
+
+
+def _line_errors(exc: Exception) -> list[tuple[int, str]]:
+    """The (line number, reason) pairs of a partial-write answer; [] when it has none."""
+    details = getattr(exc, "line_errors", None)
+    if details:
+        return [(int(d.line_number), str(d.error_message)) for d in details]
+    data = getattr(getattr(exc, "response", None), "data", None)
+    try:
+        parsed = json.loads(data) if data else None
+    except ValueError:
+        return []
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("data"), list):
+        return []
+    found = []
+    for item in parsed["data"]:
+        if not isinstance(item, dict):
+            return [(0, "")]
+        number = item.get("line_number")
+        found.append((number if isinstance(number, int) else 0, str(item.get("error_message"))))
+    return found
 
 
 def _with_lines(message: str, exc: Exception) -> str:

@@ -18,14 +18,24 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from quixsinks.core.arrow import join_lines
+from quixsinks.core.arrow import first_true, join_lines
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.options import option
 from quixsinks.core.sink import CommonOptions, Sink
 
-from .wire import TIME_KEY, LineProtocol, Precision, check_names, field_kind, timestamps
+from .wire import (
+    TIME_KEY,
+    LineProtocol,
+    LinesRefused,
+    Precision,
+    check_names,
+    escape_name,
+    field_kind,
+    timestamps,
+)
 
 __all__ = ["PointOptions", "PointsSink"]
 
@@ -215,6 +225,64 @@ class PointsSink(Sink[OptionsT, None]):
     # ------------------------------------------------------------------ executor
 
     def write(self, batch: SinkBatch) -> None:
+        """Encode the batch, refusing the rows the encoder cannot write (as ``on_error``
+        says), and send the lines in requests of ``batch_size``; rows whose lines the
+        server refuses by number are refused, the request's other lines sent again.
+
+        Refusals are applied once the whole write has succeeded (at once under
+        ``on_error=fail``): a RecordError raised for the whole batch (a refusal the server
+        does not pin to a line) leaves nothing behind, and the glue splits the batch to
+        find the row (re-sending points is harmless: they are upserts).
+        """
+        refused: list[tuple[SinkBatch, int, RecordError]] = []
+        kept, lines = self._encode(batch, refused)
+        points = 0
+        for start in range(0, len(lines), self.options.batch_size):
+            length = min(self.options.batch_size, len(lines) - start)
+            points += self._request(kept, lines, list(range(start, start + length)), refused)
+        for piece, row, error in refused:
+            piece.refuse(row, error)
+        batch.count("points", points)
+
+    def _refuse(
+        self,
+        batch: SinkBatch,
+        row: int,
+        error: RecordError,
+        refused: list[tuple[SinkBatch, int, RecordError]],
+    ) -> None:
+        if self.options.on_error == "fail":
+            batch.refuse(row, error)  # raises, naming the row
+        refused.append((batch, row, error))
+
+    def _encode(
+        self, batch: SinkBatch, refused: list[tuple[SinkBatch, int, RecordError]]
+    ) -> tuple[SinkBatch, pa.Array]:
+        """The rows the encoder can write (a SinkBatch) and their lines, one per row; the
+        others go to ``refused``. A refusal the encoder cannot pin to a row is raised."""
+        while batch.num_rows:
+            try:
+                lines, without_fields = self._lines(batch)
+            except RecordError as exc:
+                if exc.row is None or not 0 <= exc.row < batch.num_rows:
+                    raise
+                self._refuse(batch, exc.row, exc, refused)
+                batch = _without_rows(batch, [exc.row])
+                continue
+            for row in without_fields:
+                error = RecordError(
+                    f"{self.name}: no field to write (every field of the row is null, NaN "
+                    "dropped by invalid_floats=drop, or absent); a point needs at least one",
+                    row=row,
+                )
+                self._refuse(batch, row, error, refused)
+            if without_fields:
+                batch = _without_rows(batch, without_fields)
+            return batch, lines
+        return batch, pa.array([], pa.string())
+
+    def _lines(self, batch: SinkBatch) -> tuple[pa.Array, list[int]]:
+        """The batch's lines (rows without a field left out) and the rows without a field."""
         assert self.protocol is not None
         assert self.time_column is not None
         protocol = self.protocol
@@ -236,19 +304,44 @@ class PointsSink(Sink[OptionsT, None]):
         times = timestamps(
             batch.column(self.time_column), self.options.time_precision, name=self.time_column
         )
-        lines, skipped = protocol.lines(columns, times, batch.num_rows)
-        if skipped:
-            batch.count("skipped_no_fields", skipped)
-        task = batch.task
-        for start in range(0, len(lines), self.options.batch_size):
-            chunk = lines.slice(start, self.options.batch_size)
-            request = functools.partial(self._send, join_lines(chunk, b"").to_pybytes())
-            what = f"{self.name} write of {len(chunk)} lines"
-            # one retry layer: per request, under the task's policy (the glue adds none)
-            sent = task.retry(request, what=what) if task is not None else request()
+        return protocol.lines(columns, times, batch.num_rows)
+
+    def _request(
+        self,
+        kept: SinkBatch,
+        lines: pa.Array,
+        rows: list[int],
+        refused: list[tuple[SinkBatch, int, RecordError]],
+    ) -> int:
+        """Send the lines of ``rows`` (indices into ``kept`` and ``lines``) in one request,
+        under the task's RetryPolicy; returns the points written. Lines the server refuses
+        by number are refused and the others sent again (the server may have stored them
+        already: a point is an upsert); a refusal it does not pin to lines is raised."""
+        task = kept.task
+        while rows:
+            body = join_lines(lines.take(pa.array(rows, pa.int64())), b"").to_pybytes()
+            request = functools.partial(self._send, body)
+            what = f"{self.name} write of {len(rows)} lines"
+            try:
+                # one retry layer: per request, under the task's policy (the glue adds none)
+                sent = task.retry(request, what=what) if task is not None else request()
+            except LinesRefused as exc:
+                named = {n: why for n, why in exc.lines.items() if 1 <= n <= len(rows)}
+                if not named or len(named) != len(exc.lines):
+                    raise RecordError(exc.message) from exc
+                for number, why in sorted(named.items()):
+                    error = RecordError(
+                        f"{self.name}: the server refused the row's point: {why}",
+                        row=rows[number - 1],
+                    )
+                    self._refuse(kept, rows[number - 1], error, refused)
+                rows = [row for number, row in enumerate(rows, 1) if number not in named]
+                continue
             if not sent:
-                batch.count("skipped_retention", len(chunk))
-        batch.count("points", len(lines))
+                kept.count("skipped_retention", len(rows))
+                return 0
+            return len(rows)
+        return 0
 
     @abstractmethod
     def _send(self, body: bytes) -> bool:
@@ -276,11 +369,35 @@ class PointsSink(Sink[OptionsT, None]):
         else:
             taken = {protocol.measurement_column, *protocol.tags}
             fields = tuple(n for n in values.column_names if n not in taken)
-        if TIME_KEY in fields:
-            raise RecordError(
-                f"{self.name}: the JSON values of this batch have a key 'time', which cannot be "
-                "a field (InfluxDB's time column; InfluxDB 1.x drops such a field silently): "
-                "rename the key, or choose the fields with fields_keys",
-                column=TIME_KEY,
-            )
+        written: list[str] = []
+        for name in fields:
+            if name not in values.column_names:
+                written.append(name)
+                continue
+            why = None
+            if name == TIME_KEY:
+                why = (
+                    "the JSON value has a key 'time', which cannot be a field (InfluxDB's "
+                    "time column; InfluxDB 1.x drops such a field silently): rename the key, "
+                    "or choose the fields with fields_keys"
+                )
+            else:
+                try:
+                    escape_name(name)
+                except OptionError as exc:  # a key of the rows' JSON: the rows' content
+                    why = exc.message
+            if why is None:
+                written.append(name)
+                continue
+            row = first_true(pc.is_valid(values.column(name)))
+            if row is not None:  # refused for the rows that have the key; else left out
+                raise RecordError(f"{self.name}: {why}", column=name, row=row)
+        fields = tuple(written)
         return dataclasses.replace(protocol, fields=fields)
+
+
+def _without_rows(batch: SinkBatch, rows: list[int]) -> SinkBatch:
+    """``batch`` less ``rows`` (indices into its table), counting into the same task."""
+    keep = pc.invert(pc.is_in(pa.array(range(batch.num_rows)), pa.array(rows, pa.int64())))
+    values = batch._values.filter(keep) if batch._values is not None else None
+    return dataclasses.replace(batch, table=batch.table.filter(keep), _values=values)

@@ -11,7 +11,7 @@
   trailing backslash at all); a measurement starting with ``#`` (a comment line) too.
 * tags sorted by key; a null or empty tag value leaves the tag out of that line.
 * fields: integers ``12i`` (unsigned ``12u``), floats, ``true``/``false``, strings;
-  a null field is left out; a line with no field at all is counted and not sent.
+  a null field is left out; a row with no field at all has no line (the sink refuses it).
 * NaN and infinity cannot be written: a RecordError, or, with ``invalid_floats=drop``,
   the field is left out of that line.
 * decimals are written as floats (rounded to the nearest double), or, with
@@ -35,13 +35,35 @@ import pyarrow.compute as pc
 from quixsinks.core.arrow import first_null, first_true
 from quixsinks.core.errors import OptionError, RecordError
 
-__all__ = ["LineProtocol", "Precision", "escape", "field_pieces", "gzip_body", "timestamps"]
+__all__ = [
+    "LineProtocol",
+    "LinesRefused",
+    "Precision",
+    "escape",
+    "field_pieces",
+    "gzip_body",
+    "timestamps",
+]
 
 Precision = Literal["ns", "us", "ms", "s"]
 #: digits of a current epoch time per precision (Quix validates integer times so)
 DIGITS = {"s": 10, "ms": 13, "us": 16, "ns": 19}
 _UNIT = {"s": "s", "ms": "ms", "us": "us", "ns": "ns"}
 _TEMPORAL = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
+
+
+class LinesRefused(RecordError):
+    """The server refused some lines of one request and named them (a partial write).
+
+    Attributes:
+        lines: each refused line's number (1-based, within the request body) to the
+            server's reason.
+    """
+
+    def __init__(self, message: str, *, lines: dict[int, str]) -> None:
+        super().__init__(message)
+        self.lines = dict(lines)
+        self._kwargs["lines"] = self.lines
 
 
 def escape(column: pa.Array, characters: str) -> pa.Array:
@@ -80,10 +102,14 @@ def _as_text(column: pa.Array, name: str = "") -> pa.Array:
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     if pa.types.is_nested(column.type):
+        row = first_true(pc.is_valid(column))
+        if row is None:  # no row has a value: as if the key were absent
+            return pa.nulls(len(column), pa.string())
         raise RecordError(
-            f"line protocol: {name!r} holds {column.type} values, which cannot be a tag or a "
-            "measurement; use a column or JSON key of text or numbers",
+            f"line protocol: {name!r} holds {column.type} values (row {row}), which cannot be "
+            "a tag or a measurement; use a column or JSON key of text or numbers",
             column=name or None,
+            row=row,
         )
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         # strict: a replacement character could make two tags (two series) one
@@ -160,10 +186,14 @@ def field_pieces(
             text = json_column(column)
             return [pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), text)]
         return ['"', escape(_as_text(column), '\\"'), '"']
+    row = first_true(pc.is_valid(column))
+    if row is None:  # no row has a value: the field is left out
+        return [pa.nulls(len(column), pa.string())]
     raise RecordError(
-        f"line protocol: {name!r} holds {column.type} values, which cannot be a field; flatten "
-        "it or serialise it to a string first, or leave it out with fields_keys",
+        f"line protocol: {name!r} holds {column.type} values (row {row}), which cannot be a "
+        "field; flatten it or serialise it to a string first, or leave it out with fields_keys",
         column=name,
+        row=row,
     )
 
 
@@ -243,16 +273,19 @@ class LineProtocol:
         columns: dict[str, pa.Array],
         times: pa.Array,
         rows: int,
-    ) -> tuple[pa.Array, int]:
-        """The lines (string array, each ending in a newline) and the count of rows skipped
-        for having no field. ``columns`` maps tag and field names to their arrays."""
+    ) -> tuple[pa.Array, list[int]]:
+        """The lines (string array, each ending in a newline) of the rows that have a field,
+        and the rows that have none (indices, left out of the lines: a point needs a field).
+        ``columns`` maps tag and field names to their arrays."""
         if self.measurement_column is not None:
             names = _as_text(columns[self.measurement_column], self.measurement_column)
-            if names.null_count or pc.any(pc.equal(names, "")).as_py():
+            row = first_true(pc.fill_null(pc.equal(names, ""), True))
+            if row is not None:
                 raise RecordError(
                     f"column {self.measurement_column!r} (measurement_column) is null or empty "
-                    "in some row; every line needs a measurement",
+                    f"in row {row}; every line needs a measurement",
                     column=self.measurement_column,
+                    row=row,
                 )
             _check_no_newline(names, "measurement")
             row = first_true(pc.starts_with(names, "#"))
@@ -305,7 +338,7 @@ class LineProtocol:
             for index, (name, parts) in enumerate(zip(self.fields, field_parts, strict=True)):
                 pieces += [(" " if index == 0 else ",") + _escape_literal(name) + "=", *parts]
             line = pc.binary_join_element_wise(*pieces, " ", time_text, "\n", "")
-            return line, 0
+            return line, []
         texts = [
             parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")
             for parts in field_parts
@@ -323,10 +356,10 @@ class LineProtocol:
         has_field = pc.greater(pc.utf8_length(all_fields), 0)
         fields_text = pc.utf8_slice_codeunits(all_fields, 1)
         line = pc.binary_join_element_wise(*pieces, " ", fields_text, " ", time_text, "\n", "")
-        skipped = rows - pc.sum(has_field).as_py() if rows else 0
-        if skipped:
+        without = pc.indices_nonzero(pc.invert(has_field)).to_pylist() if rows else []
+        if without:
             line = pc.filter(line, has_field)
-        return line, int(skipped)
+        return line, without
 
 
 def _escape_literal(name: str, characters: str = ",= ", *, starts_line: bool = False) -> str:
@@ -367,6 +400,11 @@ def check_not_time(tags: Sequence[str], fields: Sequence[str]) -> None:
                 option=f"{kind}s_keys",
                 value=TIME_KEY,
             )
+
+
+def escape_name(name: str) -> str:
+    """A tag or field key escaped for line protocol; OptionError where it cannot be."""
+    return _escape_literal(name)
 
 
 def check_names(tags: Sequence[str], fields: Sequence[str]) -> None:
