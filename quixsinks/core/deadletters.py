@@ -259,12 +259,20 @@ def write_isolating(
                 refusals.refuse(piece, 0, exc)
                 continue
             half = rows // 2
-            pending.append(piece.slice(half, rows - half))
-            pending.append(piece.slice(0, half))  # popped first: row order is kept
+            pending.append(_reparsed(piece.slice(half, rows - half)))
+            pending.append(_reparsed(piece.slice(0, half)))  # popped first: row order kept
             continue
         if staged is not None:
             results.append(staged)
     return results
+
+
+def _reparsed(piece: SinkBatch) -> SinkBatch:
+    """A piece whose JSON values are typed from its own rows, not from the whole batch's:
+    a bad row's type (``"six"`` among integers) must not make its good neighbours fail."""
+    if piece.records.value_json and piece._values is not None:
+        return dataclasses.replace(piece, _values=None)
+    return piece
 
 
 def without_unparseable(batch: SinkBatch) -> SinkBatch | None:

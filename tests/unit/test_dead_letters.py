@@ -192,6 +192,21 @@ def test_rows_refused_by_a_write_that_then_fails_are_refused_once(tmp_path: Path
     assert sorted(json.loads(line)["row"]["v"] for line in lines) == [1, 6]
 
 
+def test_isolated_pieces_type_their_json_values_from_their_own_rows() -> None:
+    """Parsed as one batch, `v` is a float (one row holds 2.5); a half without that row must
+    see integers again, or every good row would be refused with the bad one."""
+    batch = batch_of(kafka_table([b'{"v": 1}', b'{"v": 2.5}', b'{"v": 3}', b'{"v": 4}']), "skip")
+    assert batch.values().schema.field("v").type == pa.float64()
+
+    def write(piece: SinkBatch) -> None:
+        if not pa.types.is_integer(piece.values().schema.field("v").type):
+            raise RecordError("v must be an integer")
+
+    assert batch.task is not None
+    write_isolating(batch, write, batch.task.refusals)
+    assert batch.counters == {"skipped": 1}
+
+
 def test_isolation_leaves_other_errors_alone() -> None:
     batch = batch_of(pa.table({"v": [1, 2]}), "skip")
 
