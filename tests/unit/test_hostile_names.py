@@ -317,7 +317,9 @@ def test_bigquery_column_names_with_a_backtick_backslash_or_control_are_refused(
         or len(name) > 300
         or any(c in name for c in "`\\\n\r\t\x00")
         or not name.isprintable()
-        or name.lower().startswith(("_table_", "_file_", "_partition", "_row_timestamp"))
+        or name.lower().startswith(
+            ("_table_", "_file_", "_partition", "_row_timestamp", "__root__")
+        )
     )
     if bad:
         with pytest.raises(OptionError):
