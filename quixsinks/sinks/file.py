@@ -29,16 +29,23 @@ from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.column_types import ColumnTypes
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.destinations import (
     Destination,
     LocalDestination,
     StorageOptions,
     destination_for,
 )
-from quixsinks.core.errors import DestinationNotFoundError, InvalidFormatError, OptionError
+from quixsinks.core.errors import (
+    DestinationNotFoundError,
+    InvalidFormatError,
+    OptionError,
+    RecordError,
+)
 from quixsinks.core.formats import (
     CSV_DIALECTS,
     CSVFormat,
@@ -193,8 +200,46 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     def write(self, batch: SinkBatch) -> list[StagedFile]:
         """Stage the batch as one file, or several when max_rows_per_file/max_file_bytes
-        cap the size (files roll over at those limits)."""
-        return [self._stage_file(piece) for piece in self._pieces(batch)]
+        cap the size (files roll over at those limits).
+
+        Parquet with JSON values: rows holding a value whose type changed against the
+        directory's are refused (``on_error``) once the other rows are staged, so a failed
+        or retried write refuses nothing twice."""
+        refused: list[tuple[int, RecordError]] = []
+        rows = batch
+        if self._typed_columns(batch) is not None:
+            rows, refused = self._without_type_changes(batch)
+        staged = [self._stage_file(piece) for piece in self._pieces(rows)] if rows.num_rows else []
+        for row, error in refused:
+            batch.refuse(row, error)
+        return staged
+
+    def _typed_columns(self, batch: SinkBatch) -> ColumnTypes | None:
+        """The directory's column types, where files keep one type per column."""
+        if self.options.format != "parquet" or not batch.records.value_json:
+            return None
+        return ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
+
+    def _without_type_changes(
+        self, batch: SinkBatch
+    ) -> tuple[SinkBatch, list[tuple[int, RecordError]]]:
+        """The batch less the rows whose values change a column's type, and those rows."""
+        types = self._typed_columns(batch)
+        assert types is not None
+        refused: list[tuple[int, RecordError]] = list(
+            # _timestamp and _key are the sink's: a JSON field named so is refused by the
+            # encoder (a clash), and never fixes their type
+            types.refusals(batch.values(), self.options.path, exclude=("_timestamp", "_key"))
+        )
+        if not refused:
+            return batch, []
+        if self.options.on_error == "fail":
+            batch.refuse(*refused[0])  # raises, naming the row
+        keep = pc.invert(
+            pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
+        )
+        # the remaining rows are parsed again: their columns take their own types
+        return dataclasses.replace(batch, table=batch.table.filter(keep), _values=None), refused
 
     def _pieces(self, batch: SinkBatch) -> list[SinkBatch]:
         pieces = [batch]
@@ -208,9 +253,9 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     def _stage_file(self, batch: SinkBatch) -> StagedFile:
         fmt = self.file_format()
-        if isinstance(fmt, ParquetFormat) and batch.records.value_json:
+        types = self._typed_columns(batch)
+        if isinstance(fmt, ParquetFormat) and types is not None:
             # JSON values are typed per batch: keep one type per column across the files
-            types = ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
             where = self.options.path
             fmt = dataclasses.replace(fmt, conform=lambda table: types.conform(table, where))
         ctx = batch.context
@@ -227,7 +272,16 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             out.write(header)
             fmt.write_to(batch, out)
 
-        return self.staging().stage(ctx, name, produce, final_key=final_key, rows=batch.num_rows)
+        try:
+            return self.staging().stage(
+                ctx, name, produce, final_key=final_key, rows=batch.num_rows
+            )
+        except RecordError as exc:
+            # an encoder failed on one row (a custom dumps): on_error=fail names it (skip
+            # and dead_letter find it by isolation: this write leaves nothing behind)
+            if exc.row is not None and self.options.on_error == "fail":
+                batch.refuse(exc.row, exc)
+            raise
 
     # ------------------------------------------------------------------ driver
 
@@ -241,6 +295,7 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
                     files,
                     header=self.file_format().header(),
                     query_id=context.query_id,
+                    record=lambda: context.commit_record(receipts),
                 )
             return
         FilePublisher(self.staging(), self.options.takeover_query_id).publish(
@@ -251,7 +306,21 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             replace_prefix="" if self.overwrite else None,
             name_prefix=name_prefix(context.sink_id, context.query_id),
             keep_ledger=context.ledgered,
+            record=context.commit_record(receipts),
         )
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The records kept in the batches' markers (with ``append``: in the append
+        ledger's ``done`` lines), oldest first; the newest ``ledger_keep_batches`` per
+        sink id are kept."""
+        records = self.staging().commit_records(sink_id)
+        append = f"{STATE_PREFIX}/append"
+        for key in self.target.list(append):
+            name = key.rpartition("/")[2]
+            if not name.endswith(".jsonl") or (sink_id is not None and name != f"{sink_id}.jsonl"):
+                continue
+            records += self._appender(name[: -len(".jsonl")]).commit_records(sink_id)
+        return sorted(records, key=lambda r: (r.committed_at, r.sink_id, r.batch_id))
 
     def abort(self, context: CommitContext, receipts: list[Receipt[list[StagedFile]]]) -> None:
         files = [f for staged in staged_in_order(receipts) for f in staged]

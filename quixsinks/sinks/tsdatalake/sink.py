@@ -19,6 +19,7 @@ commit into a watcher in the driver process: see :mod:`.silence`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -32,6 +33,7 @@ import pyarrow.parquet as pq
 
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.column_types import ColumnTypes
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.destinations import Destination, destination_for
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 from quixsinks.core.publish import FilePublisher, PublishResult, StagedFile, StagingArea
@@ -43,7 +45,7 @@ from quixsinks.core.tables.catalog import import_pyiceberg
 from .client import CatalogTable, RegisteredFile, read_published
 from .options import TIME_COLUMNS, TSDataLakeOptions
 from .silence import SilenceSpool
-from .wire import Layout
+from .wire import Layout, unfit_rows
 
 __all__ = ["TSDataLakeSink", "TSPiece"]
 
@@ -320,11 +322,45 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         return batch.table.select(names)
 
     def write(self, batch: SinkBatch) -> TSPiece:
+        """Stage one Parquet file per partition (more with ``max_rows_per_file``).
+
+        Rows whose partition directory would be too long, and (JSON values) rows holding a
+        value whose type changed against the table's, are refused (``on_error``) once the
+        other rows are staged, so a failed or retried write refuses nothing twice."""
         opts = self.options
         rows = self.rows(batch)
-        conform = None
+        types = None
         if batch.records.value_json:  # JSON values: one Parquet type per column per table
             types = ColumnTypes(self.target, f"{self.state_prefix}/columns")
+        refused = self._refusals(rows, types)
+        kept = batch
+        if refused:
+            if opts.on_error == "fail":
+                batch.refuse(*refused[0])  # raises, naming the row
+            keep = pc.invert(
+                pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
+            )
+            # JSON values are parsed again: the remaining rows' columns take their own types
+            kept = dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+            rows = self.rows(kept)
+        piece = self._write_rows(kept, rows, types)
+        for row, error in refused:
+            batch.refuse(row, error)
+        return piece
+
+    def _refusals(self, rows: pa.Table, types: ColumnTypes | None) -> list[tuple[int, RecordError]]:
+        """The rows this table refuses, in row order, each with its error."""
+        refused: dict[int, RecordError] = dict(unfit_rows(rows, self.options.hive_columns))
+        if types is not None:
+            identity = [c for c in self.options.hive_columns if c not in TIME_COLUMNS]
+            for row, error in types.refusals(rows, self.options.table_name, exclude=identity):
+                refused.setdefault(row, error)
+        return sorted(refused.items())
+
+    def _write_rows(self, batch: SinkBatch, rows: pa.Table, types: ColumnTypes | None) -> TSPiece:
+        opts = self.options
+        conform = None
+        if types is not None:
             conform = lambda table: types.conform(table, opts.table_name)  # noqa: E731
         piece = TSPiece()
         if opts.catalog_url:
@@ -404,6 +440,7 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             # registering a batch write without the key: its marker goes after the
             # registration, so that an abort still finds (and rolls back) the published files
             keep_ledger=context.ledgered or registering,
+            record=context.commit_record(receipts),
         )
         if registering:
             self._register(context, pieces, files, result)
@@ -453,6 +490,11 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         )
         if not context.ledgered:  # an unkeyed batch write is never seen again: marker goes
             self.staging().forget(context.sink_id, context.batch_id)
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The records kept in the batches' markers under ``_quixsinks/<table>``, oldest
+        first (the newest ``ledger_keep_batches`` per sink id are kept)."""
+        return self.staging().commit_records(sink_id)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[TSPiece]]) -> None:
         files = [f for r in receipts for p in r.staged for f in p.files]
