@@ -9,7 +9,9 @@ Layout under ``path``::
 
 With JSON values (a Kafka ``value``), Parquet files of one directory keep one type per
 column: the first file to write a column fixes its type, later files are widened to it
-(nulls, int64 into float64) or fail with a RecordError (see quixsinks.core.column_types).
+(nulls, int64 into float64); a row holding a value of another type is refused under
+``on_error`` (see quixsinks.core.column_types), as is a row whose JSON value has a field
+``_key`` or ``_timestamp``; the batch's other rows still make one file.
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
 or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``, unless it is keyed
@@ -32,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch, name_prefix
-from quixsinks.core.column_types import ColumnTypes
+from quixsinks.core.column_types import ColumnTypes, rows_holding
 from quixsinks.core.commits import CommitRecord
 from quixsinks.core.destinations import (
     Destination,
@@ -61,6 +63,8 @@ from quixsinks.core.sink import CommitContext, LedgerOptions, Receipt, Sink, Tas
 __all__ = ["FileOptions", "FileSink"]
 
 STATE_PREFIX = "_quixsinks"
+#: columns of the Parquet files besides the JSON value's fields
+QUIX_COLUMNS = ("_timestamp", "_key")
 FORMATS: dict[str, type[Format]] = {"json": JSONFormat, "parquet": ParquetFormat, "csv": CSVFormat}
 
 
@@ -223,23 +227,39 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
     def _without_type_changes(
         self, batch: SinkBatch
     ) -> tuple[SinkBatch, list[tuple[int, RecordError]]]:
-        """The batch less the rows whose values change a column's type, and those rows."""
+        """The batch less the rows Parquet refuses (a value whose type changed against the
+        directory's, a field named like a column the sink adds), and those rows."""
         types = self._typed_columns(batch)
         assert types is not None
-        refused: list[tuple[int, RecordError]] = list(
-            # _timestamp and _key are the sink's: a JSON field named so is refused by the
-            # encoder (a clash), and never fixes their type
-            types.refusals(batch.values(), self.options.path, exclude=("_timestamp", "_key"))
+        values = batch.values()
+        refused: dict[int, RecordError] = dict(
+            types.refusals(values, self.options.path, exclude=QUIX_COLUMNS)
         )
-        if not refused:
-            return batch, []
-        if self.options.on_error == "fail":
-            batch.refuse(*refused[0])  # raises, naming the row
-        keep = pc.invert(
-            pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
-        )
-        # the remaining rows are parsed again: their columns take their own types
-        return dataclasses.replace(batch, table=batch.table.filter(keep), _values=None), refused
+        for name in QUIX_COLUMNS:
+            if name not in values.column_names:
+                continue
+            error = RecordError(
+                f"the JSON value has a field {name!r}, which is a column of the sink's "
+                "Parquet files; rename the field (or use format=json)",
+                column=name,
+            )
+            for row in rows_holding(values.column(name), name, name).to_pylist():
+                refused.setdefault(row, error)
+        ordered = sorted(refused.items())
+        kept = batch
+        if ordered:
+            if self.options.on_error == "fail":
+                batch.refuse(*ordered[0])  # raises, naming the row
+            keep = pc.invert(
+                pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in ordered]))
+            )
+            # the remaining rows are parsed again: their columns take their own types
+            kept = dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+        values = kept.values()
+        unheld = [n for n in QUIX_COLUMNS if n in values.column_names]
+        if unheld:  # a field only null in these rows (a slice of a batch): left out
+            kept = dataclasses.replace(kept, _values=values.drop_columns(unheld))
+        return kept, ordered
 
     def _pieces(self, batch: SinkBatch) -> list[SinkBatch]:
         pieces = [batch]

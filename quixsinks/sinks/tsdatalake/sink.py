@@ -45,7 +45,7 @@ from quixsinks.core.tables.catalog import import_pyiceberg
 from .client import CatalogTable, RegisteredFile, read_published
 from .options import TIME_COLUMNS, TSDataLakeOptions
 from .silence import SilenceSpool
-from .wire import Layout, unfit_rows
+from .wire import Layout, partitionable, unfit_rows
 
 __all__ = ["TSDataLakeSink", "TSPiece"]
 
@@ -157,6 +157,17 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     value=",".join(opts.hive_columns),
                     allowed=row_names,
                 )
+            for name in opts.hive_columns:
+                if name in TIME_COLUMNS or name not in schema.names:
+                    continue
+                t = schema.field(name).type
+                if not partitionable(t):
+                    raise OptionError(
+                        f"tsdatalake: hive column {name!r} has type {t}; partition by an "
+                        "integer, string, boolean or date column",
+                        option="hive_columns",
+                        value=",".join(opts.hive_columns),
+                    )
             if opts.time_columns:
                 ts = opts.timestamp_column
                 if ts not in schema.names:
@@ -304,7 +315,11 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         if records.value_json:
             values = batch.values()
             clash = [c for c in self.options.time_columns if c in values.column_names]
-            if clash:
+            held = [c for c in clash if values.column(c).null_count < values.num_rows]
+            if clash and not held:  # a field no row of this slice holds
+                values = values.drop_columns(clash)
+            elif clash:  # rows holding it are isolated and refused (on_error)
+                clash = held
                 raise RecordError(
                     f"tsdatalake: hive column {clash[0]!r} is derived from the timestamp "
                     f"column, but the JSON values also have a field {clash[0]!r}; rename the "

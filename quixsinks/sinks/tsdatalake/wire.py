@@ -10,7 +10,8 @@ dropped for its partition value. Values are percent-encoded where a path would b
 written ``%5F_None__``, so it reads back as itself, not as a null. ``..`` and ``.`` stay as
 they are: a segment is ``<col>=<value>``, never a bare dot name. A segment longer than 255
 bytes once encoded (what a local file system takes as one name) is a RecordError naming
-the column, the row and the value, before the batch writes anything.
+the column and the value: :func:`unfit_rows` finds every such row, so the sink refuses
+them one by one before it writes (:meth:`Layout.split` raises for the first one left).
 
 With ``catalog_url`` the table's Iceberg partition spec is equivalent to the hive columns
 (:func:`spec_fields`): the time columns become one time transform of the timestamp column
@@ -48,6 +49,7 @@ __all__ = [
     "hive_equivalent",
     "partition_fields",
     "partition_values",
+    "partitionable",
     "spec_fields",
     "unfit_rows",
 ]
@@ -241,6 +243,11 @@ def _identity_part(table: pa.Table, name: str) -> _Part:
         return {name: NULL_PARTITION if code == size else text[code]}
 
     return _Part(codes, size + 1, segments)
+
+
+def partitionable(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` can be identity partition values."""
+    return any(check(t) for check in _PARTITIONABLE)
 
 
 def _unfit(
