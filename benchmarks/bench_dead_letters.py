@@ -4,10 +4,11 @@ One local session writes the same cached Kafka-shaped DataFrame (``key``, ``valu
 object ``{"id", "v"}`` as bytes, ``topic``, ``partition``, ``offset``, ``timestamp``) in
 batch mode with the ``file`` sink under ``on_error=dead_letter``, runs interleaved:
 
-* ``json-clean`` / ``parquet-clean``: every value good (format json / parquet);
-* ``json-unparseable`` / ``parquet-unparseable``: the row in the middle holds text that is
-  not JSON; the glue refuses it before the sink writes (its parse is bisected);
-* ``parquet-refused``: the row in the middle holds a field ``w`` as a string, while the
+* ``file-json-clean`` / ``file-parquet-clean``: every value good (format json / parquet);
+* ``file-json-unparseable`` / ``file-parquet-unparseable``: the row in the middle holds
+  text that is not JSON; the glue refuses it before the sink writes (its parse is
+  bisected);
+* ``file-parquet-refused``: the row in the middle holds a field ``w`` as a string, while the
   directory's earlier files have ``w`` as an integer (set up before each run): the sink
   itself refuses that row (row-precise: the batch is still one file);
 * ``noop-arrow``: the floor (quixsinks' Arrow path, a sink that writes nothing).
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
 
 #: poisoned case -> its clean twin
 TWINS = {
-    "json-unparseable": "json-clean",
-    "parquet-unparseable": "parquet-clean",
-    "parquet-refused": "parquet-clean",
+    "file-json-unparseable": "file-json-clean",
+    "file-parquet-unparseable": "file-parquet-clean",
+    "file-parquet-refused": "file-parquet-clean",
 }
 
 
@@ -124,16 +125,16 @@ def cases(bench: Bench) -> list[Case]:
             _writer(fmt, value, middle),
             description,
             count_rows=None,
-            setup=_seed_integer_w if name.startswith("parquet") else None,
+            setup=_seed_integer_w if fmt == "parquet" else None,
             cleanup=_checked(rows, 0 if value is None else 1),
         )
 
     return [
-        case("json-clean", "json", None, "`file` sink, JSON Lines, every value good"),
-        case("json-unparseable", "json", unparseable, "JSON Lines, one value not JSON"),
-        case("parquet-clean", "parquet", None, "`file` sink, Parquet, every value good"),
-        case("parquet-unparseable", "parquet", unparseable, "Parquet, one value not JSON"),
-        case("parquet-refused", "parquet", refused, "Parquet, one row's `w` changes type"),
+        case("file-json-clean", "json", None, "`file` sink, JSON Lines, every value good"),
+        case("file-json-unparseable", "json", unparseable, "JSON Lines, one value not JSON"),
+        case("file-parquet-clean", "parquet", None, "`file` sink, Parquet, every value good"),
+        case("file-parquet-unparseable", "parquet", unparseable, "Parquet, one value not JSON"),
+        case("file-parquet-refused", "parquet", refused, "Parquet, one row's `w` changes type"),
     ]
 
 
@@ -171,11 +172,11 @@ PAGE = Page(
     doc=__doc__ or "",
     cases=cases,
     case_names=(
-        "json-clean",
-        "json-unparseable",
-        "parquet-clean",
-        "parquet-unparseable",
-        "parquet-refused",
+        "file-json-clean",
+        "file-json-unparseable",
+        "file-parquet-clean",
+        "file-parquet-unparseable",
+        "file-parquet-refused",
     ),
     notes=notes,
     rows=1_000_000,

@@ -137,6 +137,8 @@ class ColumnTypes:
     def __init__(self, destination: Destination, prefix: str) -> None:
         self.destination = destination
         self.prefix = prefix.rstrip("/")
+        # types once known never change: one lookup per path per instance (a write)
+        self._known: dict[str, pa.DataType] = {}
 
     def _key(self, path: str) -> str:
         raw = path.encode("utf-8")
@@ -155,13 +157,21 @@ class ColumnTypes:
 
     def _recorded(self, path: str) -> pa.DataType | None:
         """The type recorded for ``path``, None when none is."""
+        if path in self._known:
+            return self._known[path]
         for key in (self._key(path), self._legacy_key(path)):
             if key is not None and self.destination.exists(key):
-                return _type(self.destination.read_bytes(key))
+                self._known[path] = _type(self.destination.read_bytes(key))
+                return self._known[path]
         return None
 
     def fixed(self, path: str, t: pa.DataType) -> pa.DataType:
         """The type of ``path`` in the directory: ``t`` if we are the first to write it."""
+        if path not in self._known:
+            self._known[path] = self._fix(path, t)
+        return self._known[path]
+
+    def _fix(self, path: str, t: pa.DataType) -> pa.DataType:
         legacy = self._legacy_key(path)
         if legacy is not None and self.destination.exists(legacy):
             return _type(self.destination.read_bytes(legacy))

@@ -211,9 +211,11 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
         or retried write refuses nothing twice."""
         refused: list[tuple[int, RecordError]] = []
         rows = batch
-        if self._typed_columns(batch) is not None:
-            rows, refused = self._without_type_changes(batch)
-        staged = [self._stage_file(piece) for piece in self._pieces(rows)] if rows.num_rows else []
+        types = self._typed_columns(batch)
+        if types is not None:
+            rows, refused = self._without_type_changes(batch, types)
+        pieces = self._pieces(rows) if rows.num_rows else []
+        staged = [self._stage_file(piece, types) for piece in pieces]
         for row, error in refused:
             batch.refuse(row, error)
         return staged
@@ -225,12 +227,10 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
         return ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
 
     def _without_type_changes(
-        self, batch: SinkBatch
+        self, batch: SinkBatch, types: ColumnTypes
     ) -> tuple[SinkBatch, list[tuple[int, RecordError]]]:
         """The batch less the rows Parquet refuses (a value whose type changed against the
         directory's, a field named like a column the sink adds), and those rows."""
-        types = self._typed_columns(batch)
-        assert types is not None
         values = batch.values()
         refused: dict[int, RecordError] = dict(
             types.refusals(values, self.options.path, exclude=QUIX_COLUMNS)
@@ -271,9 +271,8 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             pieces = [p for b in pieces for p in b.iter_chunks(self.options.max_rows_per_file)]
         return pieces
 
-    def _stage_file(self, batch: SinkBatch) -> StagedFile:
+    def _stage_file(self, batch: SinkBatch, types: ColumnTypes | None) -> StagedFile:
         fmt = self.file_format()
-        types = self._typed_columns(batch)
         if isinstance(fmt, ParquetFormat) and types is not None:
             # JSON values are typed per batch: keep one type per column across the files
             where = self.options.path
