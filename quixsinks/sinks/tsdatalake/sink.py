@@ -316,16 +316,15 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             values = batch.values()
             clash = [c for c in self.options.time_columns if c in values.column_names]
             held = [c for c in clash if values.column(c).null_count < values.num_rows]
-            if clash and not held:  # a field no row of this slice holds
-                values = values.drop_columns(clash)
-            elif clash:  # rows holding it are isolated and refused (on_error)
-                clash = held
+            if held:  # the rows holding it are isolated and refused (on_error)
                 raise RecordError(
-                    f"tsdatalake: hive column {clash[0]!r} is derived from the timestamp "
-                    f"column, but the JSON values also have a field {clash[0]!r}; rename the "
+                    f"tsdatalake: hive column {held[0]!r} is derived from the timestamp "
+                    f"column, but the JSON values also have a field {held[0]!r}; rename the "
                     "field (or leave it out of hive_columns)",
-                    column=clash[0],
+                    column=held[0],
                 )
+            if clash:  # a field only null in these rows (a slice of a batch): left out
+                values = values.drop_columns(clash)
             if records.key is not None:
                 if KAFKA_KEY_COLUMN in values.column_names:
                     values = values.drop_columns([KAFKA_KEY_COLUMN])
