@@ -4,7 +4,7 @@ from .azure import AzureDestination
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
 from .clients import ClientCache, MachineSlots, Secret, client_key
-from .column_types import ColumnTypes
+from .column_types import ColumnTypes, TypeChangeError
 from .commits import CommitRecord
 from .deadletters import Refusals
 from .delivery import DedupeIds
@@ -108,6 +108,7 @@ __all__ = [
     "StreamTimeoutTracker",
     "StreamingUpload",
     "Task",
+    "TypeChangeError",
     "UploadTarget",
     "WriteContext",
     "client_key",

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .batch import WriteContext
+from .commits import CommitRecord
 from .destinations import Destination, LocalDestination
 from .errors import CommitError, DestinationError, DestinationNotFoundError, LedgerFenceError
 from .ledger import (
@@ -210,6 +211,28 @@ class StagingArea:
             keep_batches=self.keep_batches,
         )
 
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records kept in the markers of ``sink_id`` (or of every sink id),
+        oldest first; markers without one (written before records were kept, or pruned
+        beyond ``keep_batches``) give none."""
+        root = f"{self.state_prefix}/ledger"
+        prefix = self.ledger_prefix(sink_id) if sink_id is not None else root
+        records = []
+        for key in self.destination.list(prefix):
+            folder, _, name = key.rpartition("/")
+            if not name.endswith(".json") or not name[:-5].isdigit():
+                continue  # owner objects, anything else
+            if sink_id is None and folder.rpartition("/")[0] != root:
+                continue
+            try:
+                manifest = self.read_marker(key)
+            except (CommitError, DestinationNotFoundError):
+                continue  # being written, or pruned meanwhile
+            record = (manifest or {}).get("record")
+            if isinstance(record, dict):
+                records.append(CommitRecord.from_dict(record))
+        return sorted(records, key=lambda r: (r.committed_at, r.sink_id, r.batch_id))
+
     def read_marker(self, key: str) -> dict[str, Any] | None:
         """A marker's manifest; None when it is missing, or torn (empty and old enough)."""
         try:
@@ -352,6 +375,7 @@ class FilePublisher:
         replace_prefix: str | None = None,
         name_prefix: str | None = None,
         keep_ledger: bool = True,
+        record: CommitRecord | None = None,
     ) -> PublishResult:
         """Publish a batch (driver side). See the module docstring for the protocol.
 
@@ -365,6 +389,8 @@ class FilePublisher:
             keep_ledger: keep the marker so a replay is recognised (streaming, or a keyed
                 batch write); a batch write without the key, never seen again, drops it at
                 the end.
+            record: the batch's commit record, kept in the marker (``record``) and read
+                back by :meth:`StagingArea.commit_records`.
         """
         self.ledger.fence(sink_id, query_id)
         if self.store.owners(sink_id) != {query_id}:  # read once, cached: claim only if new
@@ -379,6 +405,8 @@ class FilePublisher:
             "replace_prefix": replace_prefix,
             "files": [[f.staging_key, f.final_key] for f in files],
         }
+        if record is not None:
+            manifest["record"] = record.to_dict()
         created = self.destination.create_exclusive(marker, json.dumps(manifest).encode())
         if not created:
             existing = self.staging.read_marker(marker)
@@ -598,7 +626,10 @@ class AppendPublisher:
         header: bytes = b"",
         *,
         query_id: str = "",
+        record: Callable[[], CommitRecord] | None = None,
     ) -> PublishResult:
+        """Append a batch (driver side); ``record`` makes the batch's commit record, kept
+        in its ``done`` ledger line (see :meth:`commit_records`)."""
         with self._locked_ledger() as (entries, log):
             store = AppendLogStore(entries)
             self.fenced_ledger(store).fence(sink_id, query_id)
@@ -638,7 +669,10 @@ class AppendPublisher:
                     _append_file(out, self.destination.path(piece.staging_key))
                 os.fsync(out.fileno())
                 end = out.tell()
-            log({**entry, "state": "done", "end": end})
+            finished: dict[str, Any] = {**entry, "state": "done", "end": end}
+            if record is not None:
+                finished["record"] = record().to_dict()
+            log(finished)
             self._compact(entries)
         self.staging.discard(sink_id, batch_id)
         if batch_id % HOUSEKEEPING_EVERY == 0:
@@ -666,6 +700,18 @@ class AppendPublisher:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, self.ledger)
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The commit records of the ledger's ``done`` lines (of ``sink_id``, or of every
+        sink id), oldest first; lines without one (written before records were kept) give
+        none, as do entries compacted away beyond ``keep_batches``."""
+        return [
+            CommitRecord.from_dict(e["record"])
+            for e in self._entries()
+            if e.get("state") == "done"
+            and isinstance(e.get("record"), dict)
+            and (sink_id is None or e.get("sink_id") == sink_id)
+        ]
 
     def abort(self, sink_id: str, batch_id: int, files: Sequence[StagedFile]) -> None:
         if self.is_committed(sink_id, batch_id):

@@ -23,12 +23,14 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 
 from quixsinks.core.batch import SinkBatch
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.destinations import LocalDestination, absolute_local_path
 from quixsinks.core.errors import (
     DestinationAccessDeniedError,
     DestinationError,
     DestinationNotFoundError,
     OptionError,
+    RecordError,
     format_allowed,
 )
 from quixsinks.core.formats import CSVFormat
@@ -169,13 +171,20 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
         staging, file_name = self._paths()
         piece = batch.counters.get("pieces", 0)
         batch.count("pieces")
-        return staging.stage(
-            batch.context,
-            f"{batch.partition_id:05d}-{piece:04d}.csv",
-            functools.partial(self.file_format().write_to, batch),
-            final_key=file_name,
-            rows=batch.num_rows,
-        )
+        try:
+            return staging.stage(
+                batch.context,
+                f"{batch.partition_id:05d}-{piece:04d}.csv",
+                functools.partial(self.file_format().write_to, batch),
+                final_key=file_name,
+                rows=batch.num_rows,
+            )
+        except RecordError as exc:
+            # a serializer failed on one row: on_error=fail names it (skip and
+            # dead_letter find it by isolation: this write leaves nothing behind)
+            if exc.row is not None and self.options.on_error == "fail":
+                batch.refuse(exc.row, exc)
+            raise
 
     # ------------------------------------------------------------------ driver
 
@@ -188,7 +197,13 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
                 files,
                 header=self.file_format().header(),
                 query_id=context.query_id,
+                record=lambda: context.commit_record(receipts),
             )
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The records kept in the ledger's ``done`` lines, oldest first (the newest
+        ``ledger_keep_batches`` per sink id are kept)."""
+        return self._appender().commit_records(sink_id)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedFile]]) -> None:
         self._appender().abort(context.sink_id, context.batch_id, staged_in_order(receipts))

@@ -9,7 +9,9 @@ Layout under ``path``::
 
 With JSON values (a Kafka ``value``), Parquet files of one directory keep one type per
 column: the first file to write a column fixes its type, later files are widened to it
-(nulls, int64 into float64) or fail with a RecordError (see quixsinks.core.column_types).
+(nulls, int64 into float64); a row holding a value of another type is refused under
+``on_error`` (see quixsinks.core.column_types), as is a row whose JSON value has a field
+``_key`` or ``_timestamp``; the batch's other rows still make one file.
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
 or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``, unless it is keyed
@@ -29,16 +31,23 @@ from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch, name_prefix
-from quixsinks.core.column_types import ColumnTypes
+from quixsinks.core.column_types import ColumnTypes, rows_holding
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.destinations import (
     Destination,
     LocalDestination,
     StorageOptions,
     destination_for,
 )
-from quixsinks.core.errors import DestinationNotFoundError, InvalidFormatError, OptionError
+from quixsinks.core.errors import (
+    DestinationNotFoundError,
+    InvalidFormatError,
+    OptionError,
+    RecordError,
+)
 from quixsinks.core.formats import (
     CSV_DIALECTS,
     CSVFormat,
@@ -54,6 +63,8 @@ from quixsinks.core.sink import CommitContext, LedgerOptions, Receipt, Sink, Tas
 __all__ = ["FileOptions", "FileSink"]
 
 STATE_PREFIX = "_quixsinks"
+#: columns of the Parquet files besides the JSON value's fields
+QUIX_COLUMNS = ("_timestamp", "_key")
 FORMATS: dict[str, type[Format]] = {"json": JSONFormat, "parquet": ParquetFormat, "csv": CSVFormat}
 
 
@@ -193,8 +204,62 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     def write(self, batch: SinkBatch) -> list[StagedFile]:
         """Stage the batch as one file, or several when max_rows_per_file/max_file_bytes
-        cap the size (files roll over at those limits)."""
-        return [self._stage_file(piece) for piece in self._pieces(batch)]
+        cap the size (files roll over at those limits).
+
+        Parquet with JSON values: rows holding a value whose type changed against the
+        directory's are refused (``on_error``) once the other rows are staged, so a failed
+        or retried write refuses nothing twice."""
+        refused: list[tuple[int, RecordError]] = []
+        rows = batch
+        types = self._typed_columns(batch)
+        if types is not None:
+            rows, refused = self._without_type_changes(batch, types)
+        pieces = self._pieces(rows) if rows.num_rows else []
+        staged = [self._stage_file(piece, types) for piece in pieces]
+        for row, error in refused:
+            batch.refuse(row, error)
+        return staged
+
+    def _typed_columns(self, batch: SinkBatch) -> ColumnTypes | None:
+        """The directory's column types, where files keep one type per column."""
+        if self.options.format != "parquet" or not batch.records.value_json:
+            return None
+        return ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
+
+    def _without_type_changes(
+        self, batch: SinkBatch, types: ColumnTypes
+    ) -> tuple[SinkBatch, list[tuple[int, RecordError]]]:
+        """The batch less the rows Parquet refuses (a value whose type changed against the
+        directory's, a field named like a column the sink adds), and those rows."""
+        values = batch.values()
+        refused: dict[int, RecordError] = dict(
+            types.refusals(values, self.options.path, exclude=QUIX_COLUMNS)
+        )
+        for name in QUIX_COLUMNS:
+            if name not in values.column_names:
+                continue
+            error = RecordError(
+                f"the JSON value has a field {name!r}, which is a column of the sink's "
+                "Parquet files; rename the field (or use format=json)",
+                column=name,
+            )
+            for row in rows_holding(values.column(name), name, name).to_pylist():
+                refused.setdefault(row, error)
+        ordered = sorted(refused.items())
+        kept = batch
+        if ordered:
+            if self.options.on_error == "fail":
+                batch.refuse(*ordered[0])  # raises, naming the row
+            keep = pc.invert(
+                pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in ordered]))
+            )
+            # the remaining rows are parsed again: their columns take their own types
+            kept = dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+        values = kept.values()
+        unheld = [n for n in QUIX_COLUMNS if n in values.column_names]
+        if unheld:  # a field only null in these rows (a slice of a batch): left out
+            kept = dataclasses.replace(kept, _values=values.drop_columns(unheld))
+        return kept, ordered
 
     def _pieces(self, batch: SinkBatch) -> list[SinkBatch]:
         pieces = [batch]
@@ -206,11 +271,10 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             pieces = [p for b in pieces for p in b.iter_chunks(self.options.max_rows_per_file)]
         return pieces
 
-    def _stage_file(self, batch: SinkBatch) -> StagedFile:
+    def _stage_file(self, batch: SinkBatch, types: ColumnTypes | None) -> StagedFile:
         fmt = self.file_format()
-        if isinstance(fmt, ParquetFormat) and batch.records.value_json:
+        if isinstance(fmt, ParquetFormat) and types is not None:
             # JSON values are typed per batch: keep one type per column across the files
-            types = ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
             where = self.options.path
             fmt = dataclasses.replace(fmt, conform=lambda table: types.conform(table, where))
         ctx = batch.context
@@ -227,7 +291,16 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             out.write(header)
             fmt.write_to(batch, out)
 
-        return self.staging().stage(ctx, name, produce, final_key=final_key, rows=batch.num_rows)
+        try:
+            return self.staging().stage(
+                ctx, name, produce, final_key=final_key, rows=batch.num_rows
+            )
+        except RecordError as exc:
+            # an encoder failed on one row (a custom dumps): on_error=fail names it (skip
+            # and dead_letter find it by isolation: this write leaves nothing behind)
+            if exc.row is not None and self.options.on_error == "fail":
+                batch.refuse(exc.row, exc)
+            raise
 
     # ------------------------------------------------------------------ driver
 
@@ -241,6 +314,7 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
                     files,
                     header=self.file_format().header(),
                     query_id=context.query_id,
+                    record=lambda: context.commit_record(receipts),
                 )
             return
         FilePublisher(self.staging(), self.options.takeover_query_id).publish(
@@ -251,7 +325,21 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             replace_prefix="" if self.overwrite else None,
             name_prefix=name_prefix(context.sink_id, context.query_id),
             keep_ledger=context.ledgered,
+            record=context.commit_record(receipts),
         )
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The records kept in the batches' markers (with ``append``: in the append
+        ledger's ``done`` lines), oldest first; the newest ``ledger_keep_batches`` per
+        sink id are kept."""
+        records = self.staging().commit_records(sink_id)
+        append = f"{STATE_PREFIX}/append"
+        for key in self.target.list(append):
+            name = key.rpartition("/")[2]
+            if not name.endswith(".jsonl") or (sink_id is not None and name != f"{sink_id}.jsonl"):
+                continue
+            records += self._appender(name[: -len(".jsonl")]).commit_records(sink_id)
+        return sorted(records, key=lambda r: (r.committed_at, r.sink_id, r.batch_id))
 
     def abort(self, context: CommitContext, receipts: list[Receipt[list[StagedFile]]]) -> None:
         files = [f for staged in staged_in_order(receipts) for f in staged]

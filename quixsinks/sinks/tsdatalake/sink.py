@@ -19,6 +19,7 @@ commit into a watcher in the driver process: see :mod:`.silence`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -32,6 +33,7 @@ import pyarrow.parquet as pq
 
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.column_types import ColumnTypes
+from quixsinks.core.commits import CommitRecord
 from quixsinks.core.destinations import Destination, destination_for
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
 from quixsinks.core.publish import FilePublisher, PublishResult, StagedFile, StagingArea
@@ -43,7 +45,7 @@ from quixsinks.core.tables.catalog import import_pyiceberg
 from .client import CatalogTable, RegisteredFile, read_published
 from .options import TIME_COLUMNS, TSDataLakeOptions
 from .silence import SilenceSpool
-from .wire import Layout
+from .wire import Layout, partitionable, unfit_rows
 
 __all__ = ["TSDataLakeSink", "TSPiece"]
 
@@ -155,6 +157,17 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                     value=",".join(opts.hive_columns),
                     allowed=row_names,
                 )
+            for name in opts.hive_columns:
+                if name in TIME_COLUMNS or name not in schema.names:
+                    continue
+                t = schema.field(name).type
+                if not partitionable(t):
+                    raise OptionError(
+                        f"tsdatalake: hive column {name!r} has type {t}; partition by an "
+                        "integer, string, boolean or date column",
+                        option="hive_columns",
+                        value=",".join(opts.hive_columns),
+                    )
             if opts.time_columns:
                 ts = opts.timestamp_column
                 if ts not in schema.names:
@@ -302,13 +315,16 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         if records.value_json:
             values = batch.values()
             clash = [c for c in self.options.time_columns if c in values.column_names]
-            if clash:
+            held = [c for c in clash if values.column(c).null_count < values.num_rows]
+            if held:  # the rows holding it are isolated and refused (on_error)
                 raise RecordError(
-                    f"tsdatalake: hive column {clash[0]!r} is derived from the timestamp "
-                    f"column, but the JSON values also have a field {clash[0]!r}; rename the "
+                    f"tsdatalake: hive column {held[0]!r} is derived from the timestamp "
+                    f"column, but the JSON values also have a field {held[0]!r}; rename the "
                     "field (or leave it out of hive_columns)",
-                    column=clash[0],
+                    column=held[0],
                 )
+            if clash:  # a field only null in these rows (a slice of a batch): left out
+                values = values.drop_columns(clash)
             if records.key is not None:
                 if KAFKA_KEY_COLUMN in values.column_names:
                     values = values.drop_columns([KAFKA_KEY_COLUMN])
@@ -320,11 +336,45 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         return batch.table.select(names)
 
     def write(self, batch: SinkBatch) -> TSPiece:
+        """Stage one Parquet file per partition (more with ``max_rows_per_file``).
+
+        Rows whose partition directory would be too long, and (JSON values) rows holding a
+        value whose type changed against the table's, are refused (``on_error``) once the
+        other rows are staged, so a failed or retried write refuses nothing twice."""
         opts = self.options
         rows = self.rows(batch)
-        conform = None
+        types = None
         if batch.records.value_json:  # JSON values: one Parquet type per column per table
             types = ColumnTypes(self.target, f"{self.state_prefix}/columns")
+        refused = self._refusals(rows, types)
+        kept = batch
+        if refused:
+            if opts.on_error == "fail":
+                batch.refuse(*refused[0])  # raises, naming the row
+            keep = pc.invert(
+                pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
+            )
+            # JSON values are parsed again: the remaining rows' columns take their own types
+            kept = dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+            rows = self.rows(kept)
+        piece = self._write_rows(kept, rows, types)
+        for row, error in refused:
+            batch.refuse(row, error)
+        return piece
+
+    def _refusals(self, rows: pa.Table, types: ColumnTypes | None) -> list[tuple[int, RecordError]]:
+        """The rows this table refuses, in row order, each with its error."""
+        refused: dict[int, RecordError] = dict(unfit_rows(rows, self.options.hive_columns))
+        if types is not None:
+            identity = [c for c in self.options.hive_columns if c not in TIME_COLUMNS]
+            for row, error in types.refusals(rows, self.options.table_name, exclude=identity):
+                refused.setdefault(row, error)
+        return sorted(refused.items())
+
+    def _write_rows(self, batch: SinkBatch, rows: pa.Table, types: ColumnTypes | None) -> TSPiece:
+        opts = self.options
+        conform = None
+        if types is not None:
             conform = lambda table: types.conform(table, opts.table_name)  # noqa: E731
         piece = TSPiece()
         if opts.catalog_url:
@@ -404,6 +454,7 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
             # registering a batch write without the key: its marker goes after the
             # registration, so that an abort still finds (and rolls back) the published files
             keep_ledger=context.ledgered or registering,
+            record=context.commit_record(receipts),
         )
         if registering:
             self._register(context, pieces, files, result)
@@ -453,6 +504,11 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
         )
         if not context.ledgered:  # an unkeyed batch write is never seen again: marker goes
             self.staging().forget(context.sink_id, context.batch_id)
+
+    def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:
+        """The records kept in the batches' markers under ``_quixsinks/<table>``, oldest
+        first (the newest ``ledger_keep_batches`` per sink id are kept)."""
+        return self.staging().commit_records(sink_id)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[TSPiece]]) -> None:
         files = [f for r in receipts for p in r.staged for f in p.files]

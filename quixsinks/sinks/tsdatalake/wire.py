@@ -10,7 +10,8 @@ dropped for its partition value. Values are percent-encoded where a path would b
 written ``%5F_None__``, so it reads back as itself, not as a null. ``..`` and ``.`` stay as
 they are: a segment is ``<col>=<value>``, never a bare dot name. A segment longer than 255
 bytes once encoded (what a local file system takes as one name) is a RecordError naming
-the column, the row and the value, before the batch writes anything.
+the column and the value: :func:`unfit_rows` finds every such row, so the sink refuses
+them one by one before it writes (:meth:`Layout.split` raises for the first one left).
 
 With ``catalog_url`` the table's Iceberg partition spec is equivalent to the hive columns
 (:func:`spec_fields`): the time columns become one time transform of the timestamp column
@@ -48,7 +49,9 @@ __all__ = [
     "hive_equivalent",
     "partition_fields",
     "partition_values",
+    "partitionable",
     "spec_fields",
+    "unfit_rows",
 ]
 
 NULL_PARTITION = "__None__"
@@ -189,7 +192,11 @@ def _time_part(table: pa.Table, layout: Layout) -> _Part:
 def _epoch_integers(table: pa.Table, layout: Layout) -> tuple[pa.Array, int]:
     """The timestamp column as int64 epoch values, and how many of them make a second."""
     name = layout.timestamp_column
-    if name is None or name not in table.column_names:
+    if name is not None and name not in table.column_names:
+        # JSON values without the field in any row of the batch: null times, as for a row
+        # without it in a batch where others have it (a DataFrame column is checked first)
+        return pa.nulls(table.num_rows, pa.int64()), _PER_SECOND[layout.timestamp_unit]
+    if name is None:
         raise RecordError(
             f"tsdatalake: hive columns {', '.join(layout.hive_columns)} need the timestamp "
             f"column {name!r}, which this batch does not have (columns: "
@@ -227,26 +234,66 @@ def _identity_part(table: pa.Table, name: str) -> _Part:
     size = len(encoded.dictionary)
     codes = pc.fill_null(encoded.indices, size)  # nulls: one more code
     text = [encode_value(v) for v in encoded.dictionary.cast(pa.string()).to_pylist()]
-    for code, value in enumerate(text):
-        segment = f"{name}={value}"
-        if len(segment.encode()) > MAX_SEGMENT_BYTES:
-            row = int(pc.index(codes, code).as_py())
-            raw = encoded.dictionary[code].as_py()
-            raise RecordError(
-                f"tsdatalake: hive column {name!r} has the value {str(raw)[:40]!r}... in row "
-                f"{row}, whose partition directory {segment[:40]!r}... is "
-                f"{len(segment.encode())} bytes once percent-encoded; a file system takes at "
-                f"most {MAX_SEGMENT_BYTES}: partition by a shorter value (e.g. a hash or a "
-                "prefix of it)",
-                column=name,
-                row=row,
-            )
+    for code, error in _unfit(name, encoded, text):
+        row = int(pc.index(codes, code).as_py())
+        raise RecordError(f"{error} (found in row {row})", column=name, row=row)
 
     def segments(row: int) -> dict[str, str]:
         code = codes[row].as_py()
         return {name: NULL_PARTITION if code == size else text[code]}
 
     return _Part(codes, size + 1, segments)
+
+
+def partitionable(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` can be identity partition values."""
+    return any(check(t) for check in _PARTITIONABLE)
+
+
+def _unfit(
+    name: str, encoded: pa.DictionaryArray, text: list[str]
+) -> list[tuple[int, RecordError]]:
+    """(code, error) of each distinct value whose directory name is too long."""
+    unfit = []
+    for code, value in enumerate(text):
+        segment = f"{name}={value}"
+        if len(segment.encode()) > MAX_SEGMENT_BYTES:
+            raw = encoded.dictionary[code].as_py()
+            unfit.append(
+                (
+                    code,
+                    RecordError(
+                        f"tsdatalake: hive column {name!r} has the value {str(raw)[:40]!r}..., "
+                        f"whose partition directory {segment[:40]!r}... is "
+                        f"{len(segment.encode())} bytes once percent-encoded; a file system "
+                        f"takes at most {MAX_SEGMENT_BYTES}: partition by a shorter value (e.g. "
+                        "a hash or a prefix of it)",
+                        column=name,
+                    ),
+                )
+            )
+    return unfit
+
+
+def unfit_rows(table: pa.Table, hive_columns: Sequence[str]) -> list[tuple[int, RecordError]]:
+    """The rows whose value of an identity hive column makes a partition directory name
+    too long, each with its error (row order): refused by the sink, row by row."""
+    refused: dict[int, RecordError] = {}
+    for name in hive_columns:
+        if name in TIME_COLUMNS or name not in table.column_names:
+            continue
+        column = table.column(name).combine_chunks()
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        if not any(check(column.type) for check in _PARTITIONABLE):
+            continue  # the whole column is refused by split()
+        encoded = pc.dictionary_encode(column)
+        text = [encode_value(v) for v in encoded.dictionary.cast(pa.string()).to_pylist()]
+        for code, error in _unfit(name, encoded, text):
+            rows = pc.indices_nonzero(pc.equal(encoded.indices, code))
+            for row in rows.to_pylist():
+                refused.setdefault(int(row), error)
+    return sorted(refused.items())
 
 
 def encode_value(value: str) -> str:
