@@ -9,6 +9,7 @@ row-level errors are tested in its own test file (test_dead_letters_*.py).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,58 @@ def test_fail_names_the_rows_kafka_coordinates(spark: Any, tmp_path: Path) -> No
     options = {"path": str(tmp_path / "out"), "format": "json"}
     with pytest.raises(Exception, match="topic 'orders' partition 0 offset 1"):
         run_poison_stream(spark, tmp_path, "file", options, BATCHES)
+
+
+def test_commit_records_are_read_back_and_a_listener_sees_them(spark: Any, tmp_path: Path) -> None:
+    """The records stored with the `file` sink's ledger: quixsinks.commit_records, the CLI,
+    and a StreamingQueryListener in the driver that reads each batch's record (docs/errors.md)."""
+    import io
+
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from quixsinks.cli import main
+
+    out = tmp_path / "out"
+    seen: list[tuple[int, int, int]] = []
+
+    class CommitRecords(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress = event.progress
+            records = quixsinks.commit_records("file", path=str(out), sink_id=str(progress.id))
+            for record in records.to_pylist():
+                if record["batch_id"] == progress.batchId:
+                    seen.append(
+                        (record["batch_id"], record["rows_written"], record["dead_lettered"])
+                    )
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    listener = CommitRecords()
+    spark.streams.addListener(listener)
+    try:
+        options = {"path": str(out), "format": "json", **dead_letter(tmp_path)}
+        run_poison_stream(spark, tmp_path, "file", options, BATCHES)
+        deadline = time.monotonic() + 60  # listener events arrive asynchronously
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        spark.streams.removeListener(listener)
+    records = quixsinks.commit_records("file", path=str(out))
+    assert records.column("batch_id").to_pylist() == [0, 1, 2]
+    assert records.column("dead_lettered").to_pylist() == [1, 1, 0]
+    assert records.column("rows_written").to_pylist() == [2, 1, 2]
+    assert sorted(seen) == [(0, 2, 1), (1, 1, 1), (2, 2, 0)]
+    text = io.StringIO()
+    assert main(["history", "--format", "file", "-o", f"path={out}"], text) == 0
+    assert "(3 committed batches)" in text.getvalue()
+    text = io.StringIO()
+    assert main(["history", "--format", "file", "-o", f"path={out}", "--json"], text) == 0
+    lines = [json.loads(line) for line in text.getvalue().splitlines()]
+    assert [line["dead_lettered"] for line in lines] == [1, 1, 0]
