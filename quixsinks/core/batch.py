@@ -9,11 +9,13 @@ the sink as several SinkBatches of bounded size (option ``max_batch_bytes``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .ledger import BATCH_WRITE_QUERY_ID
 from .records import RecordSchema
@@ -162,6 +164,21 @@ class SinkBatch:
     def slice(self, start: int, length: int) -> SinkBatch:
         """``length`` rows from ``start`` (zero-copy), counting into the same task."""
         return self._slice(start, length)
+
+    def filter(self, keep: pa.Array) -> SinkBatch:
+        """The rows where ``keep`` is true (null counts as false), counting into the same
+        task; parsed values are kept, filtered alike."""
+        keep = pc.fill_null(keep, False)
+        values = self._values.filter(keep) if self._values is not None else None
+        return dataclasses.replace(self, table=self.table.filter(keep), _values=values)
+
+    def without(self, rows: Iterable[int]) -> SinkBatch:
+        """The batch less ``rows`` (indexes into ``table``): what a sink writes after it
+        refused them."""
+        drop = pc.is_in(
+            pa.array(range(self.num_rows), pa.int64()), pa.array(list(rows), pa.int64())
+        )
+        return self.filter(pc.invert(drop))
 
     def refuse(self, row: int, error: BaseException) -> None:
         """Refuse row ``row`` (an index into ``table``) for ``error``, as the ``on_error``

@@ -9,7 +9,6 @@ sink that uses it never has to undo a half-written request.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -23,9 +22,7 @@ __all__ = ["RowChecks", "without_rows"]
 
 def without_rows(batch: SinkBatch, drop: pa.Array) -> SinkBatch:
     """``batch`` less the rows where ``drop`` is true (same task, counters and context)."""
-    keep = pc.invert(pc.fill_null(drop, False))
-    values = batch._values.filter(keep) if batch._values is not None else None
-    return dataclasses.replace(batch, table=batch.table.filter(keep), _values=values)
+    return batch.filter(pc.invert(pc.fill_null(drop, False)))
 
 
 class RowChecks:

@@ -317,3 +317,14 @@ def test_receipts_carry_dead_letters_through_pickle(tmp_path: Path) -> None:
     receipt.dead_letters.append(StagedFile("k", "f", 1, 2))
     again = pickle.loads(pickle.dumps(ReceiptMessage(receipt)))
     assert again.receipt.dead_letters == [StagedFile("k", "f", 1, 2)]
+
+
+def test_a_batch_without_refused_rows_keeps_its_task_and_parsed_values() -> None:
+    batch = batch_of(kafka_table([b'{"v": 1}', b'{"v": 2}', b'{"v": 3}']), "skip")
+    assert batch.values().num_rows == 3
+    rest = batch.without([1])
+    assert rest.table.column("offset").to_pylist() == [100, 102]
+    assert rest.values().column("v").to_pylist() == [1, 3]
+    assert rest.task is batch.task
+    rest.count("x")
+    assert batch.counters == {"x": 1}

@@ -58,10 +58,7 @@ def converted(
 def without_rows(batch: SinkBatch, data: pa.Table, rows: set[int]) -> tuple[SinkBatch, pa.Table]:
     """``batch`` and ``data`` less ``rows`` (indexes into both)."""
     keep = pa.array([i for i in range(batch.num_rows) if i not in rows], pa.int64())
-    smaller = dataclasses.replace(
-        batch, table=batch.table.take(keep), _values=batch.values().take(keep)
-    )
-    return smaller, data.take(keep)
+    return batch.without(rows), data.take(keep)
 
 
 def chunked(

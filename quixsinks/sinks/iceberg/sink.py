@@ -53,7 +53,6 @@ from .wire import (
     layout_schema,
     layout_table,
     required_nulls,
-    without_rows,
     write_data_files,
 )
 
@@ -214,7 +213,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                 if self.options.on_error == "fail":
                     batch.refuse(exc.row, exc)  # raises, naming the row
                 refused.append((batch, exc.row, exc))
-                batch = without_rows(batch, [exc.row])
+                batch = batch.without([exc.row])
         for piece, row, error in [*refused, *required]:
             piece.refuse(row, error)
         batch.count("data_files", len(files))

@@ -32,7 +32,6 @@ evolution with the column named.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pyarrow as pa
@@ -55,7 +54,6 @@ __all__ = [
     "layout_table",
     "nullable",
     "required_nulls",
-    "without_rows",
     "write_data_files",
 ]
 
@@ -147,13 +145,6 @@ def required_nulls(rows: pa.Table, table_schema: Any) -> dict[int, str]:
         for row in missing:
             found.setdefault(row, field.name)
     return found
-
-
-def without_rows(batch: SinkBatch, rows: list[int]) -> SinkBatch:
-    """``batch`` less ``rows`` (indices into its table), counting into the same task."""
-    keep = pc.invert(pc.is_in(pa.array(range(batch.num_rows)), pa.array(rows, pa.int64())))
-    values = batch._values.filter(keep) if batch._values is not None else None
-    return dataclasses.replace(batch, table=batch.table.filter(keep), _values=values)
 
 
 def _key_type(t: pa.DataType) -> pa.DataType:

@@ -267,7 +267,7 @@ class PointsSink(Sink[OptionsT, None]):
                 if exc.row is None or not 0 <= exc.row < batch.num_rows:
                     raise
                 self._refuse(batch, exc.row, exc, refused)
-                batch = _without_rows(batch, [exc.row])
+                batch = batch.without([exc.row])
                 continue
             for row in without_fields:
                 error = RecordError(
@@ -277,7 +277,7 @@ class PointsSink(Sink[OptionsT, None]):
                 )
                 self._refuse(batch, row, error, refused)
             if without_fields:
-                batch = _without_rows(batch, without_fields)
+                batch = batch.without(without_fields)
             return batch, lines
         return batch, pa.array([], pa.string())
 
@@ -394,10 +394,3 @@ class PointsSink(Sink[OptionsT, None]):
                 raise RecordError(f"{self.name}: {why}", column=name, row=row)
         fields = tuple(written)
         return dataclasses.replace(protocol, fields=fields)
-
-
-def _without_rows(batch: SinkBatch, rows: list[int]) -> SinkBatch:
-    """``batch`` less ``rows`` (indices into its table), counting into the same task."""
-    keep = pc.invert(pc.is_in(pa.array(range(batch.num_rows)), pa.array(rows, pa.int64())))
-    values = batch._values.filter(keep) if batch._values is not None else None
-    return dataclasses.replace(batch, table=batch.table.filter(keep), _values=values)
