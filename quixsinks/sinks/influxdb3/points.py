@@ -269,14 +269,10 @@ class PointsSink(Sink[OptionsT, None]):
                 self._refuse(batch, exc.row, exc, refused)
                 batch = batch.without([exc.row])
                 continue
-            for row in without_fields:
-                error = RecordError(
-                    f"{self.name}: no field to write (every field of the row is null, NaN "
-                    "dropped by invalid_floats=drop, or absent); a point needs at least one",
-                    row=row,
-                )
-                self._refuse(batch, row, error, refused)
             if without_fields:
+                # nothing to write (a Kafka tombstone, every field null): skipped and
+                # counted, as before; not a refusal, or a tombstone would fail the stream
+                batch.count("skipped_no_fields", len(without_fields))
                 batch = batch.without(without_fields)
             return batch, lines
         return batch, pa.array([], pa.string())
