@@ -99,7 +99,7 @@ def test_a_nested_field_null_in_every_row_is_left_out() -> None:
     assert piece.null_count == 2
 
 
-def test_required_columns_refuse_the_rows_without_a_value() -> None:
+def test_iceberg_required_columns_refuse_the_rows_without_a_value() -> None:
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
