@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ __all__ = [
     "first_true",
     "join_lines",
     "returned_bytes",
+    "serialize_each",
     "uint16_be",
     "varints",
 ]
@@ -197,6 +198,31 @@ def uint16_be(values: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(
         pa.binary(), len(x), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
     )
+
+
+def serialize_each(
+    fn: Callable[[Any], Any],
+    values: Sequence[Any],
+    *,
+    sink: str,
+    option: str,
+    first_row: int = 0,
+    nulls: bool = False,
+) -> pa.Array:
+    """``fn`` (a user's ``value_serializer``) called on each value, as a binary array (see
+    :func:`returned_bytes`). Give it :meth:`SinkBatch.messages` so that it sees what a
+    Quix app's serializer sees: ``json:dumps`` then writes Quix's bytes exactly. An
+    exception is a RecordError naming the option and the row (a row-level refusal)."""
+    out: list[Any] = []
+    for i, value in enumerate(values):
+        try:
+            out.append(fn(value))
+        except Exception as exc:
+            raise RecordError(
+                f"{sink}: {option!r} failed on row {first_row + i}: {type(exc).__name__}: {exc}",
+                row=first_row + i,
+            ) from exc
+    return returned_bytes(out, sink=sink, option=option, first_row=first_row, nulls=nulls)
 
 
 def returned_bytes(

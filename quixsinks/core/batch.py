@@ -10,6 +10,7 @@ the sink as several SinkBatches of bounded size (option ``max_batch_bytes``).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -86,10 +87,11 @@ def name_prefix(sink_id: str, query_id: str) -> str:
 
 @dataclass(frozen=True)
 class SinkItem:
-    """One row as a Quix-style record."""
+    """One row as a Quix-style record: ``value`` is the message's own object
+    (:meth:`SinkBatch.messages`; ``None`` for a tombstone)."""
 
     key: Any
-    value: dict[str, Any]
+    value: Any
     timestamp: int | None
     headers: Any = None
     topic: str | None = None
@@ -222,17 +224,38 @@ class SinkBatch:
     def column(self, name: str) -> pa.Array:
         return self.table.column(name).combine_chunks()
 
+    @property
+    def passthrough(self) -> bool:
+        """Whether each row's value is a JSON text the producer wrote (a Kafka ``value``,
+        or ``value_format=json``): a sink that writes the value as JSON writes that text
+        (:func:`~quixsinks.core.formats.value_json_texts`), not one rebuilt from the
+        batch-typed columns."""
+        return self.records.value_json
+
+    def messages(self) -> list[Any]:
+        """Each row's value as its own Python object, the way a Quix app receives it.
+
+        A JSON value is decoded per message by :func:`json.loads`: its own keys in its
+        own order, its own number types (``-34`` stays an int where other messages hold
+        floats), and ``None`` for a tombstone. Value columns give one dict per row.
+        This is what a user's ``value_serializer`` is called with.
+        """
+        if self.passthrough:
+            raw = self.table.column(self.records.values[0]).to_pylist()
+            return [None if text is None else json.loads(text) for text in raw]
+        values = self.values()
+        if not values.num_columns:
+            return [{} for _ in range(self.num_rows)]
+        return list(values.to_pylist())
+
     # ------------------------------------------------------------ per-row view
 
     def __iter__(self) -> Iterator[SinkItem]:
-        """Rows as :class:`SinkItem` objects (Python objects: use for non-vectorised sinks)."""
+        """Rows as :class:`SinkItem` objects (Python objects: use for non-vectorised sinks);
+        each value as :meth:`messages` gives it."""
         keys = self.keys().to_pylist()
         stamps = self.timestamps_ms().to_pylist()
-        values = (
-            self.values().to_pylist()
-            if self.values().num_columns
-            else [{} for _ in range(self.num_rows)]
-        )
+        values = self.messages()
         meta = {
             part: self.column(name).to_pylist() if name else [None] * self.num_rows
             for part, name in (

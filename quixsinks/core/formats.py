@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from .arrow import concat_rows, join_lines
+from .arrow import as_binary, concat_rows, join_lines
 from .batch import SinkBatch
 from .errors import InvalidFormatError, RecordError, format_allowed
 
@@ -50,6 +50,7 @@ __all__ = [
     "json_objects",
     "json_pieces",
     "resolve_format",
+    "value_json_texts",
 ]
 
 ParquetCompression = Literal["snappy", "none", "gzip", "brotli", "lz4", "zstd"]
@@ -376,6 +377,32 @@ def json_objects(table: pa.Table) -> pa.Array:
     return concat_rows(json_object_pieces(table), table.num_rows)
 
 
+def value_json_texts(batch: SinkBatch, *, one_line: bool = False) -> pa.Array:
+    """Each row's value as JSON text (binary, never null): what a sink that writes the
+    value as JSON writes.
+
+    A JSON value (:attr:`SinkBatch.passthrough`) is the producer's own text, unchanged:
+    the same keys in the same order, the same numbers (``-34``, ``1e-9``), the same
+    escapes, and ``null`` for a tombstone. It was validated when the batch was parsed
+    (a row that is not a JSON object never reaches a sink), and is never re-encoded.
+    ``one_line``: carriage returns and line feeds become spaces (in valid JSON they can
+    only be whitespace between tokens), for formats of one value per line.
+
+    Value columns are encoded by :func:`json_objects`.
+    """
+    if not batch.passthrough:
+        values = batch.values()
+        if not values.num_columns:
+            return pa.array([b"{}"] * batch.num_rows, pa.binary())
+        return pc.cast(json_objects(values), pa.binary())
+    text = as_binary(batch.column(batch.records.values[0]))
+    if text.null_count:
+        text = pc.fill_null(text, b"null")
+    if one_line:
+        text = pc.replace_substring(pc.replace_substring(text, b"\r", b" "), b"\n", b" ")
+    return text
+
+
 @dataclass(frozen=True)
 class JSONFormat(Format):
     """JSON Lines: one ``{"_timestamp", "_key", "_value"}`` object per line.
@@ -413,7 +440,11 @@ class JSONFormat(Format):
                 ',"_key":',
                 *json_key_pieces(batch.keys()),
                 ',"_value":',
-                *json_object_pieces(batch.values()),
+                *(
+                    [value_json_texts(batch, one_line=True)]
+                    if batch.passthrough
+                    else json_object_pieces(batch.values())
+                ),
                 "}\n",
             ]
             lines = concat_rows(pieces, batch.num_rows)
@@ -530,7 +561,7 @@ class CSVFormat(Format):
         if self.value_serializer is not None:
             values = self._custom_values(batch)
         else:
-            values = json_objects(batch.values())
+            values = decode_utf8(value_json_texts(batch))
 
         def meta(name: str | None, kind: pa.DataType) -> pa.Array:
             return batch.column(name) if name else pa.nulls(n, kind)

@@ -287,9 +287,17 @@ def test_json_kafka_value_is_parsed_into_the_value_object() -> None:
     assert lines == [{"_timestamp": MOMENT_MS, "_key": "k0", "_value": {"a": 1, "s": "x"}}]
 
 
-def test_json_kafka_tombstones_have_an_empty_value() -> None:
+def test_json_kafka_tombstones_have_a_null_value() -> None:
     lines = json_lines(JSONFormat().serialize(make_batch(kafka_table([None, None]))))
-    assert [line["_value"] for line in lines] == [{}, {}]
+    assert [line["_value"] for line in lines] == [None, None]
+
+
+def test_json_kafka_values_are_the_producers_bytes_on_one_line() -> None:
+    values = [b'{"b": -34, "a": 1e-9, "u": "\\u00fc"}', b'{"b":\r\n 2.5}\n']
+    out = JSONFormat().serialize(make_batch(kafka_table(values)))
+    assert out.count(b"\n") == 2
+    assert b'"_value":{"b": -34, "a": 1e-9, "u": "\\u00fc"}}' in out
+    assert b'"_value":{"b":   2.5} }' in out
 
 
 # ----------------------------------------------------------------------------- options
@@ -455,7 +463,7 @@ def test_csv_kafka_rows_parse_back(dialect: str) -> None:
     header, *rows = csv_rows(fmt.header() + fmt.serialize(batch), dialect)
     assert header == HEADER
     assert [[row[0], json.loads(row[1]), *row[2:]] for row in rows] == [
-        ["k0", {"a": 1, "s": None}, str(MOMENT_MS), "orders", "2", "100"],
+        ["k0", {"a": 1}, str(MOMENT_MS), "orders", "2", "100"],
         ["", {"a": 2, "s": "x"}, str(MOMENT_MS), "orders", "2", "101"],
     ]
 
@@ -516,9 +524,14 @@ def test_csv_of_an_empty_batch_is_empty() -> None:
     assert CSVFormat().serialize(values_batch(pa.array([], pa.int64()))) == b""
 
 
-def test_csv_kafka_tombstones_have_an_empty_value() -> None:
+def test_csv_kafka_tombstones_have_a_null_value() -> None:
     rows = csv_rows(CSVFormat().serialize(make_batch(kafka_table([None]))))
-    assert rows[0][1] == "{}"
+    assert rows[0][1] == "null"  # as Quix's json.dumps(None)
+
+
+def test_csv_kafka_values_are_the_producers_text() -> None:
+    rows = csv_rows(CSVFormat().serialize(make_batch(kafka_table([b'{"b": -34,\n"a": 1e-9}']))))
+    assert rows[0][1] == '{"b": -34,\n"a": 1e-9}'
 
 
 def test_unknown_csv_dialect_is_an_invalid_format() -> None:
