@@ -6,8 +6,11 @@ declared in tests/fidelity_matrix.py and checked by tests/integration/
 test_type_fidelity.py, goes between ``<!-- fidelity-matrix -->`` and
 ``<!-- /fidelity-matrix -->``; the package's module tree (each module with the first
 sentence of its docstring), read from the source, goes between ``<!-- module-tree -->`` and
-``<!-- /module-tree -->`` (docs/architecture.md). ``--check`` exits 1 when a page is out of
-date (the unit tests run it, so the docs cannot drift from the code or the tests).
+``<!-- /module-tree -->`` (docs/architecture.md); the constructor parameters of Quix's
+sinks and the options that replace them (docs/quix_parameters.py) go between
+``<!-- quix-parameters:FORMAT -->`` and ``<!-- /quix-parameters -->``. ``--check`` exits
+1 when a page is out of date (the unit tests run it, so the docs cannot drift from the code
+or the tests).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from quixsinks.core.sink import CommonOptions
 DOCS = Path(__file__).resolve().parent
 BLOCK = re.compile(r"(<!-- options:([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.S)
 MATRIX = re.compile(r"(<!-- fidelity-matrix -->\n)(.*?)(<!-- /fidelity-matrix -->)", re.S)
+QUIX = re.compile(r"(<!-- quix-parameters:([\w-]+) -->\n)(.*?)(<!-- /quix-parameters -->)", re.S)
 TREE = re.compile(r"(<!-- module-tree -->\n)(.*?)(<!-- /module-tree -->)", re.S)
 PACKAGE = DOCS.parent / "quixsinks"
 
@@ -60,6 +64,34 @@ def table(name: str) -> str:
         kind = " \\| ".join(spec.choices) if spec.choices else spec.type_name
         rows.append(f"| {names} | {kind} | `{spec.default_text()}` | {doc} |")
     return "\n".join(rows) + "\n"
+
+
+def quix_parameters(fmt: str) -> str:
+    """The constructor parameters of the Quix sinks ``fmt`` replaces -> its options
+    (docs/quix_parameters.py holds the parameters and the notes)."""
+    sys.path.insert(0, str(DOCS))
+    from quix_parameters import SINKS
+
+    specs = options_class(fmt).specs()
+    names = {spec.name: spec.name for spec in specs}
+    names.update({alias: spec.name for spec in specs for alias in spec.aliases})
+    lines = [""]  # a blank line after the marker: the table is not part of its HTML block
+    for sink in (s for s in SINKS if s.format == fmt):
+        lines += [
+            f"`{sink.module}.{sink.name}`:",
+            "",
+            "| Quix parameter | quixsinks option |",
+            "|---|---|",
+        ]
+        for parameter in sink.parameters:
+            note = sink.notes.get(parameter)
+            if note is None:
+                option = names[parameter]
+                note = f"`{option}`" + (" (alias)" if option != parameter else "")
+            shown = f"`**{parameter}`" if parameter == "kwargs" else f"`{parameter}`"
+            lines.append(f"| {shown} | {note.replace('|', chr(92) + '|')} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def fidelity_matrix() -> str:
@@ -109,6 +141,7 @@ def module_tree() -> str:
 
 def render(text: str) -> str:
     text = BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+    text = QUIX.sub(lambda m: m.group(1) + quix_parameters(m.group(2)) + m.group(4), text)
     text = TREE.sub(lambda m: m.group(1) + module_tree() + m.group(3), text)
     return MATRIX.sub(lambda m: m.group(1) + fidelity_matrix() + m.group(3), text)
 

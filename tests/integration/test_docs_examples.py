@@ -1,8 +1,9 @@
 """Every Python example in README.md and docs/ runs, as printed, against the test servers.
 
-Each fenced ``python`` block is executed in a namespace holding ``spark`` and ``df``
+Each fenced ``python`` block is executed in a namespace holding ``spark``, ``df``
 (a DataFrame that is a stream for ``df.writeStream`` and a table for ``df.write``, with
-the columns the examples name); an example may define its own ``df`` (the README's does).
+the columns the examples name) and ``kafka`` (the same rows as Kafka records with JSON
+values, a table); an example may define its own ``df`` (the README's does).
 The examples name production addresses (``db.internal``, ``s3://my-bucket``,
 ``/data/...``, ``/tmp/...``); every DataFrame's writers point them at this session's
 servers and a temporary folder when the write starts, and ``spark.read`` reads absolute
@@ -280,6 +281,30 @@ class Frames:
     def write(self) -> Writer:
         return self._batch.write  # type: ignore[no-any-return]  # a Writer (patched)
 
+
+def kafka_frame(spark: Any) -> Any:
+    """``kafka`` of the examples (docs/migrating-from-quix.md): ROWS as Kafka records, with
+    the columns of Spark's Kafka source (what ``spark.read.format("kafka")`` gives)."""
+    from datetime import datetime
+
+    rows = [
+        (
+            row["key"].encode(),
+            json.dumps({k: v for k, v in row.items() if k not in ("key", "timestamp")}).encode(),
+            "readings",
+            0,
+            offset,
+            datetime.fromisoformat(row["timestamp"]),
+            0,
+        )
+        for offset, row in enumerate(ROWS)
+    ]
+    return spark.createDataFrame(
+        rows,
+        "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+        "timestamp TIMESTAMP, timestampType INT",
+    )
+
     @property
     def writeStream(self) -> Writer:
         return self._stream.writeStream  # type: ignore[no-any-return]  # a Writer (patched)
@@ -323,6 +348,7 @@ def test_the_example_runs(
     module.__dict__.update(
         spark=spark,
         df=frames,
+        kafka=kafka_frame(spark),
         account_key="not-used-against-azurite",
         password="not-used-against-the-test-servers",
         os=os,
