@@ -1,16 +1,16 @@
 """Quix parity: the same awkward records through Quix Streams' ``InfluxDB3Sink`` (its
 ``add()``/``flush()`` called directly, no Kafka) and through the ``influxdb3`` sink (a
-Kafka-shaped DataFrame with JSON values) into two databases of the suite's InfluxDB give
-the same points, read back with InfluxQL.
+Kafka-shaped DataFrame with JSON values) into two databases of the suite's InfluxDB give the
+same points, read back with InfluxQL.
 
 The server is the suite's InfluxDB 3 write-API front over Debian's InfluxDB 1.x
 (tests/services/influx_front.py): Quix's client writes through the same ``/api/v2/write``
-route as against InfluxDB 3. Quix's ``setup()`` is replaced by its first line (the
-client): its second, a connectivity check by a Flight (gRPC) query, needs the query API,
-which the front does not serve. The differences docs/migrating-from-quix.md lists are
-tested as such: a tombstone (Quix raises TypeError on a value that is not a dict; the sink skips it and counts it) and
-the ``__key`` tag of a Kafka (bytes) key (Quix writes ``str(key)``, ``b'k0'``; the sink
-writes the key's text, ``k0``).
+route as against InfluxDB 3. Quix's ``setup()`` is replaced by its first line (the client):
+its second, a connectivity check by a Flight (gRPC) query, needs the query API, which the
+front does not serve. The differences docs/migrating-from-quix.md lists are tested as such:
+a tombstone (Quix raises TypeError on a value that is not a dict; the sink skips it and
+counts it) and the ``__key`` tag of a Kafka (bytes) key (Quix writes ``str(key)``,
+``b'k0'``; the sink writes the key's text, ``k0``).
 """
 
 from __future__ import annotations
