@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from .arrow import as_binary, concat_rows, join_lines
 from .batch import SinkBatch
 from .errors import InvalidFormatError, RecordError, format_allowed
+from .records import strict_json_texts
 
 __all__ = [
     "CSVFormat",
@@ -384,7 +385,9 @@ def value_json_texts(batch: SinkBatch, *, one_line: bool = False) -> pa.Array:
     A JSON value (:attr:`SinkBatch.passthrough`) is the producer's own text, unchanged:
     the same keys in the same order, the same numbers (``-34``, ``1e-9``), the same
     escapes, and ``null`` for a tombstone. It was validated when the batch was parsed
-    (a row that is not a JSON object never reaches a sink), and is never re-encoded.
+    (a row that is not a JSON object never reaches a sink), and is never re-encoded, but
+    for a row holding ``NaN`` or an infinity, which strict JSON readers refuse: that row
+    is written compactly with ``null`` there (:func:`~quixsinks.core.records.strict_json_texts`).
     ``one_line``: carriage returns and line feeds become spaces (in valid JSON they can
     only be whitespace between tokens), for formats of one value per line.
 
@@ -395,7 +398,7 @@ def value_json_texts(batch: SinkBatch, *, one_line: bool = False) -> pa.Array:
         if not values.num_columns:
             return pa.array([b"{}"] * batch.num_rows, pa.binary())
         return pc.cast(json_objects(values), pa.binary())
-    text = as_binary(batch.column(batch.records.values[0]))
+    text = strict_json_texts(as_binary(batch.column(batch.records.values[0])))
     if text.null_count:
         text = pc.fill_null(text, b"null")
     if one_line:

@@ -29,7 +29,7 @@ import pyarrow.json as pa_json
 from .arrow import as_binary, join_lines
 from .errors import OptionError, RecordError
 
-__all__ = ["AUTO", "KAFKA_COLUMNS", "NONE", "RecordSchema", "ValueFormat"]
+__all__ = ["AUTO", "KAFKA_COLUMNS", "NONE", "RecordSchema", "ValueFormat", "strict_json_texts"]
 
 AUTO = "auto"
 NONE = "none"
@@ -447,3 +447,45 @@ def _parse_rows(raw_rows: list[Any], name: str) -> pa.Table:
         return _empty_rows(len(rows))
     schema = pa.schema([(key, node.arrow_type()) for key, node in root.children.items()])
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+# ----------------------------------------------------------------------------- JSON text out
+
+#: a NaN or an infinity where a value starts (a false alarm inside a string is checked)
+_CONSTANT = r"[:\[,]\s*-?(?:NaN|Infinity)"
+
+
+def strict_json_texts(texts: pa.Array) -> pa.Array:
+    """``texts`` (binary JSON values that parsed) as strict JSON: a row holding ``NaN``,
+    ``Infinity`` or ``-Infinity`` (Python's json module writes them, the JSON standard has
+    no such tokens) is re-encoded compactly with ``null`` there, as the encoder writes a
+    non-finite float; every other row is kept byte for byte."""
+    marked = pc.fill_null(pc.match_substring_regex(texts, _CONSTANT), False)
+    if not pc.any(marked).as_py():
+        return texts
+    used: list[str] = []
+
+    def constant(name: str) -> float:
+        used.append(name)
+        return float(name)
+
+    fixed: list[bytes] = []
+    for row in pc.indices_nonzero(marked).to_pylist():
+        raw = texts[row].as_py()
+        used.clear()
+        value = json.loads(raw, parse_constant=constant)
+        if used:
+            value = _without_constants(value)
+            raw = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        fixed.append(raw)
+    return pc.replace_with_mask(texts, marked, pa.array(fixed, texts.type))
+
+
+def _without_constants(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value - value == 0 else None
+    if isinstance(value, dict):
+        return {k: _without_constants(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_constants(v) for v in value]
+    return value
