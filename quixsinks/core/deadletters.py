@@ -53,6 +53,7 @@ import pyarrow as pa
 
 from .errors import OptionError, RecordError
 from .publish import FilePublisher, StagedFile, StagingArea
+from .records import json_object_errors
 from .secrets import scrub
 
 if TYPE_CHECKING:
@@ -275,10 +276,14 @@ def _reparsed(piece: SinkBatch) -> SinkBatch:
     return piece
 
 
-def without_unparseable(batch: SinkBatch) -> SinkBatch | None:
+def without_unparseable(batch: SinkBatch, *, typed: bool = True) -> SinkBatch | None:
     """``batch`` less the rows whose JSON value cannot be parsed, which are refused (the
     commonest poison, found before the sink writes anything, so that a file-like sink
-    still writes one file); None when no row is left. Parsing is bisected like writes."""
+    still writes one file); None when no row is left. Parsing is bisected like writes.
+
+    ``typed=False`` (:meth:`Sink.types_json_values`): the sink writes the values as their
+    text, so only rows that are not a JSON object are refused; a key whose type differs
+    between messages is kept."""
     if not batch.records.value_json:
         return batch
     try:
@@ -286,6 +291,14 @@ def without_unparseable(batch: SinkBatch) -> SinkBatch | None:
         return batch
     except RecordError:
         pass
+    if not typed:
+        name = batch.records.values[0]
+        errors = json_object_errors(batch.column(name), name)
+        for row, error in errors.items():
+            batch.refuse(row, error)
+        if len(errors) == batch.num_rows:
+            return None
+        return batch.without(errors) if errors else batch
     good = write_isolating(batch, _parsed, refusals_of(batch))
     if not good:
         return None

@@ -410,33 +410,53 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _load_object(raw: Any, index: int, name: str) -> dict[str, Any]:
+    """Row ``index``'s JSON object (``{}`` for a tombstone or ``null``), or a RecordError
+    naming the row: text that is not JSON, a number no double holds, anything but an
+    object."""
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw, parse_float=_finite_float)
+    except ValueError as exc:
+        raise RecordError(
+            f"row {index}: column {name!r} is not valid JSON ({exc}); "
+            "set value_format=columns to write it unparsed",
+            column=name,
+            row=index,
+        ) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RecordError(
+            f"row {index}: column {name!r} holds a JSON {type(value).__name__}, expected "
+            "an object; set value_format=columns to write it unparsed",
+            column=name,
+            row=index,
+        )
+    return value
+
+
+def json_object_errors(column: pa.Array, name: str) -> dict[int, RecordError]:
+    """The rows of a JSON value column that are not a JSON object (or null), with the
+    error naming each: the check of a batch whose values are written as their text, where
+    a key holding an integer in one message and a string in another is no error."""
+    errors: dict[int, RecordError] = {}
+    for index, raw in enumerate(column.to_pylist()):
+        try:
+            _load_object(raw, index, name)
+        except RecordError as exc:
+            errors[index] = exc
+    return errors
+
+
 def _parse_rows(raw_rows: list[Any], name: str) -> pa.Table:
     """The exact parser: ``json.loads`` per row, the union of keys and types, one table."""
     rows: list[dict[str, Any]] = []
     root = _Node()
     root.kind = "object"
     for index, raw in enumerate(raw_rows):
-        if raw is None:
-            rows.append({})
-            continue
-        try:
-            value = json.loads(raw, parse_float=_finite_float)
-        except ValueError as exc:
-            raise RecordError(
-                f"row {index}: column {name!r} is not valid JSON ({exc}); "
-                "set value_format=columns to write it unparsed",
-                column=name,
-                row=index,
-            ) from None
-        if value is None:
-            value = {}
-        if not isinstance(value, dict):
-            raise RecordError(
-                f"row {index}: column {name!r} holds a JSON {type(value).__name__}, expected "
-                "an object; set value_format=columns to write it unparsed",
-                column=name,
-                row=index,
-            )
+        value = _load_object(raw, index, name)
         for key, item in value.items():
             child = root.children.get(key)
             if child is None:

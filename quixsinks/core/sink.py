@@ -426,6 +426,15 @@ class Sink(ABC, Generic[OptionsT, StagedT]):
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedT]]) -> None:
         """Clean up after a failed micro-batch (driver); must not undo a landed commit."""
 
+    def types_json_values(self) -> bool:
+        """Whether :meth:`write` reads a JSON value's typed columns
+        (:meth:`SinkBatch.values`). A sink that writes each value only as its JSON text
+        (:func:`~quixsinks.core.formats.value_json_texts`, or a serializer over
+        :meth:`SinkBatch.messages`) returns False: then a key holding an integer in one
+        message and a string in another is not a refusal, as in Quix Streams; only a row
+        that is not a JSON object is. Default True (executor; options only)."""
+        return True
+
     # ------------------------------------------------------------------ reading back
 
     def commit_records(self, sink_id: str | None = None) -> list[CommitRecord]:

@@ -415,7 +415,8 @@ class _SinkWriter:
 def _write_batch(sink: Sink[Any, Any], batch: SinkBatch, task: Task) -> list[Any]:
     """Write one SinkBatch; under on_error skip/dead_letter, a RecordError for the whole
     batch is narrowed down to the rows that cause it (see write_isolating)."""
-    parsed = without_unparseable(batch)  # pure: under fail, it names the row that fails
+    # pure: under fail, it names the row that fails
+    parsed = without_unparseable(batch, typed=sink.types_json_values())
     if parsed is None:
         return []
     if task.refusals.on_error == "fail":

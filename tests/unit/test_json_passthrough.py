@@ -135,3 +135,37 @@ def test_any_json_object_passes_through_byte_for_byte(
     batch.values()  # the glue's parse, which validates
     assert value_json_texts(batch).to_pylist() == values
     assert batch.messages() == objects
+
+
+# --------------------------------------------------------------- the check before a write
+
+MIXED = [b'{"id": 1}', b'{"id": "a-7"}', b"not json", None, b"[1]", b'{"id": 2.5}']
+
+
+def checked_batch(on_error: str) -> SinkBatch:
+    from tests.unit.test_dead_letters import batch_of, kafka_table
+
+    return batch_of(kafka_table(MIXED), on_error)
+
+
+def test_a_sink_writing_json_text_keeps_keys_whose_type_differs_between_messages() -> None:
+    from quixsinks.core.deadletters import without_unparseable
+
+    batch = checked_batch("skip")
+    kept = without_unparseable(batch, typed=False)
+    assert kept is not None
+    assert kept.table.column("offset").to_pylist() == [100, 101, 103, 105]
+    assert batch.counters == {"skipped": 2}  # "not json" and the array
+    assert value_json_texts(kept).to_pylist() == [
+        b'{"id": 1}',
+        b'{"id": "a-7"}',
+        b"null",
+        b'{"id": 2.5}',
+    ]
+
+
+def test_under_fail_the_text_check_names_the_first_bad_row() -> None:
+    from quixsinks.core.deadletters import without_unparseable
+
+    with pytest.raises(RecordError, match=r"orders.*partition 3.*offset 102.*not valid JSON"):
+        without_unparseable(checked_batch("fail"), typed=False)
