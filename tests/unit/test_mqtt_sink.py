@@ -7,7 +7,7 @@ import pickle
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quixsinks.core.arrow import uint16_be, varints
@@ -152,6 +152,7 @@ def test_options_and_sink_pickle_without_showing_the_password() -> None:
     assert "s3cr3t-pw" not in repr(sink)
 
 
+@settings(deadline=None)  # a shared machine: no timed assertions
 @given(st.lists(st.integers(0, 268_435_455), max_size=50))
 def test_varints_are_mqtt_variable_byte_integers(values: list[int]) -> None:
     encoded = varints(pa.array(values, pa.int64())).to_pylist()
@@ -160,8 +161,51 @@ def test_varints_are_mqtt_variable_byte_integers(values: list[int]) -> None:
         assert len(data) <= 4
 
 
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 65535), max_size=50))
 def test_uint16_be(values: list[int]) -> None:
     assert uint16_be(pa.array(values, pa.int32())).to_pylist() == [
         v.to_bytes(2, "big") for v in values
     ]
+
+
+KAFKA_VALUES = [b'{"t":-34,"n":[5],"s":"\\u00fc","x":1e-9}', b'{"x":2.5,"t":0.5}', None]
+
+
+def kafka_table() -> pa.Table:
+    return pa.table(
+        {
+            "key": pa.array([b"a", b"b", b"c"]),
+            "value": pa.array(KAFKA_VALUES, pa.binary()),
+            "topic": ["in"] * 3,
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array([0, 1, 2], pa.int64()),
+            "timestamp": pa.array([0] * 3, pa.timestamp("ms")),
+            "timestampType": pa.array([0] * 3, pa.int32()),
+        }
+    )
+
+
+def payloads(options: dict[str, str]) -> list[bytes]:
+    _, built = messages(options, kafka_table())
+    return [p["payload"] for p in decode(bytes(built.window([0, 1, 2])), v5=False)]  # type: ignore[attr-defined, misc]
+
+
+def test_a_kafka_json_value_is_published_as_the_producer_wrote_it() -> None:
+    assert payloads({}) == [KAFKA_VALUES[0], KAFKA_VALUES[1], b"null"]
+
+
+def test_value_serializer_json_dumps_publishes_quixs_payloads() -> None:
+    import json
+
+    quix = [json.dumps(None if v is None else json.loads(v)).encode() for v in KAFKA_VALUES]
+    assert payloads({"value_serializer": "json:dumps"}) == quix
+
+
+def fails(value: object) -> bytes:
+    raise ValueError("no")
+
+
+def test_a_value_serializer_that_raises_is_a_record_error_naming_the_row() -> None:
+    with pytest.raises(RecordError, match="'value_serializer' failed on row 0: ValueError: no"):
+        messages({"value_serializer": f"{__name__}:fails"}, kafka_table())

@@ -217,3 +217,91 @@ def test_replies_are_counted_or_parsed_alike_however_they_arrive(
     ]
     assert errors == expected
     assert len(sock.sent) == len(windows)
+
+
+#: Kafka JSON values as producers write them: an int where another message holds a float,
+#: keys absent from one message, keys in another order, 1e-9, a \u00fc escape, raw UTF-8,
+#: and a tombstone
+KAFKA_VALUES = [
+    b'{"t":-34,"n":[5],"s":"\\u00fc","x":1e-9}',
+    b'{"x":2.5,"t":0.5,"s":"\xc3\xbc"}',
+    None,
+]
+
+
+def kafka_batch(sink: RedisSink) -> SinkBatch:
+    table = pa.table(
+        {
+            "key": pa.array([b"k0", b"k1", b"k2"]),
+            "value": pa.array(KAFKA_VALUES, pa.binary()),
+            "topic": ["in"] * 3,
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array([0, 1, 2], pa.int64()),
+            "timestamp": pa.array([0] * 3, pa.timestamp("ms")),
+            "timestampType": pa.array([0] * 3, pa.int32()),
+        }
+    )
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    return SinkBatch(table, sink.records, WriteContext("s", 0))
+
+
+def mset_values(commands: redis_wire.Commands) -> list[bytes]:
+    """The values of MSET arguments ``$n key $m value`` per row."""
+    return [row.split(b"\r\n", 3)[3][:-2] for row in commands.data.to_pylist()]
+
+
+def test_a_kafka_json_value_is_written_as_the_producer_wrote_it() -> None:
+    sink = RedisSink(options())
+    batch = kafka_batch(sink)
+    commands, _ = sink.encoder.commands(batch)
+    assert commands.mset
+    assert mset_values(commands) == [KAFKA_VALUES[0], KAFKA_VALUES[1], b"null"]
+
+
+def test_value_serializer_json_dumps_gives_quixs_bytes_per_message() -> None:
+    sink = RedisSink(options(value_serializer="json:dumps"))
+    batch = kafka_batch(sink)
+    commands, _ = sink.encoder.commands(batch)
+    import json
+
+    quix = [json.dumps(None if v is None else json.loads(v)).encode() for v in KAFKA_VALUES]
+    assert mset_values(commands) == quix
+    assert quix[0] == b'{"t": -34, "n": [5], "s": "\\u00fc", "x": 1e-09}'
+
+
+def test_a_list_entry_of_a_kafka_json_value_is_the_producers_text() -> None:
+    sink = RedisSink(options(data_type="list"))
+    batch = kafka_batch(sink)
+    assert sink.encoder._value(batch).to_pylist() == [
+        KAFKA_VALUES[0],
+        KAFKA_VALUES[1],
+        b"null",
+    ]
+
+
+def none_value(value: object) -> None:
+    return None
+
+
+def test_a_value_serializer_returning_none_is_refused_by_its_row() -> None:
+    sink = RedisSink(options(value_serializer=f"{__name__}:none_value"))
+    batch = kafka_batch(sink)
+    with pytest.raises(RecordError, match="'value_serializer' returned NoneType for row 0"):
+        sink.encoder.commands(batch)
+
+
+def quix_key(key: bytes, value: object) -> str:
+    """A Quix key_serializer: the Kafka key's bytes and the message's own object."""
+    return f"{key.decode()}:{'none' if value is None else sorted(value)}"  # type: ignore[arg-type]
+
+
+def test_a_quix_key_serializer_gets_the_key_bytes_and_the_messages_object() -> None:
+    sink = RedisSink(options(key_serializer=f"{__name__}:quix_key"))
+    batch = kafka_batch(sink)
+    commands, _ = sink.encoder.commands(batch)
+    assert commands.keys.to_pylist() == [
+        b"k0:['n', 's', 't', 'x']",
+        b"k1:['s', 't', 'x']",
+        b"k2:none",
+    ]

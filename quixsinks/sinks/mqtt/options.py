@@ -124,8 +124,11 @@ class MQTTOptions(CommonOptions):
     )
     value_serializer: str | None = option(
         None,
-        doc="Import path (module:function) called per row on the value dict, returning str "
-        "or bytes (default: JSON, built vectorised)",
+        doc="Import path (module:function) called per row on the value as a Quix app holds "
+        "it (a Kafka JSON value: json.loads of the message, None for a tombstone; else a "
+        "dict of the value columns), returning str or bytes; json:dumps publishes Quix's "
+        "MQTTSink payloads exactly (default: a Kafka JSON value as the producer wrote it, "
+        "null for a tombstone; else a compact JSON object of the value columns)",
     )
     mqtt_flush_timeout_seconds: float = option(
         10.0,

@@ -1,7 +1,8 @@
 """The MQTT sink: one message per row to ``<topic_root>/<key>``; QoS 1/2 at-least-once.
 
 Executor: each SinkBatch becomes messages (``wire``): the topic ``<topic_root>/<key>`` and
-the JSON object of the value columns (or a serializer's result) built in Arrow, the retain
+the payload (a Kafka JSON value as the producer wrote it, the JSON object of the value
+columns, or a serializer's result) built in Arrow, the retain
 flag (a constant or a boolean column) and, with MQTT 5, the user properties from the
 ``properties`` columns and ``qs_dedupe_id``, a deterministic id of the message's content and
 either its Kafka coordinates or its position in the Spark partition

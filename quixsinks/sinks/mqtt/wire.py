@@ -2,8 +2,9 @@
 
 Everything that can be is built in Arrow for the whole batch: the topic
 ``<topic_root>/<key>`` (the key as text, binary keys strictly UTF-8 as Quix's
-``bytes.decode``), the payload (the JSON object of the value columns, as the other sinks
-build it; or a ``value_serializer``'s str/bytes), and the checks that name the first
+``bytes.decode``), the payload (a Kafka JSON value as the producer wrote it, or the JSON
+object of the value columns, as the other sinks build it; or a ``value_serializer``'s
+str/bytes, called on each message's own object), and the checks that name the first
 offending row before anything of the batch is published: a topic with a wildcard (``+``,
 ``#``), NUL or over 65535 bytes, a null key, a payload over the protocol's packet limit.
 """
@@ -17,11 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import concat_rows, uint16_be, varints
+from quixsinks.core.arrow import concat_rows, serialize_each, uint16_be, varints
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
-from quixsinks.core.formats import csv_keys, decode_utf8_strict, json_objects
+from quixsinks.core.formats import csv_keys, decode_utf8_strict, value_json_texts
 from quixsinks.core.options import load_callable
 from quixsinks.core.rowchecks import RowChecks
 
@@ -244,25 +245,15 @@ def _topics(
 
 
 def _payloads(opts: MQTTOptions, batch: SinkBatch, row0: int) -> pa.Array:
-    if opts.value_serializer is not None:
-        fn = load_callable(opts.value_serializer, option_name="value_serializer")
-        out: list[bytes] = []
-        for offset, value in enumerate(batch.values().to_pylist()):
-            data = fn(value)
-            if isinstance(data, str):
-                data = data.encode()
-            if not isinstance(data, bytes):
-                raise RecordError(
-                    f"mqtt: 'value_serializer' returned {type(data).__name__} for "
-                    f"{_where(batch, row0 + offset)}; it must return str or bytes",
-                    row=row0 + offset,
-                )
-            out.append(data)
-        return pa.array(out, pa.binary())
-    values = batch.values()
-    if values.num_columns == 0:
-        return pa.array([b"{}"] * batch.num_rows, pa.binary())
-    return pc.cast(json_objects(values), pa.binary())
+    """Each row's payload: ``value_serializer`` called on the value as a Quix app holds it
+    (:meth:`SinkBatch.messages`), or by default the value as JSON text (a Kafka JSON
+    value as the producer wrote it, ``null`` for a tombstone: no Python per row)."""
+    if opts.value_serializer is None:
+        return value_json_texts(batch)
+    fn = load_callable(opts.value_serializer, option_name="value_serializer")
+    return serialize_each(
+        fn, batch.messages(), sink="mqtt", option="value_serializer", first_row=row0
+    )
 
 
 def _retain(opts: MQTTOptions, batch: SinkBatch) -> pa.Array:

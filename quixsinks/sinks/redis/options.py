@@ -117,18 +117,22 @@ class RedisOptions(LedgerOptions):
         None,
         one_of="value",
         doc="Write this one column as the value as is (text and bytes unchanged, numbers as "
-        "text, other types as JSON); default: a JSON object of the value columns",
+        "text, other types as JSON); default: a Kafka JSON value as the producer wrote it "
+        "(null for a tombstone), else a compact JSON object of the value columns",
     )
     key_serializer: str | None = option(
         None,
-        doc="Import path (module:function) called per row as f(key, value dict), as in Quix; "
-        "returns str or bytes (slower than the vectorised default)",
+        doc="Import path (module:function) called per row as f(key, value), as Quix calls "
+        "its key_serializer: the key as stored (bytes for a Kafka key), the value as "
+        "'value_serializer' gets it; returns str or bytes (slower than the default)",
     )
     value_serializer: str | None = option(
         None,
         one_of="value",
-        doc="Import path (module:function) called per row on the value dict; returns str or "
-        "bytes (Quix's json.dumps is the default, built vectorised)",
+        doc="Import path (module:function) called per row on the value as a Quix app holds "
+        "it (a Kafka JSON value: json.loads of the message, None for a tombstone; else a "
+        "dict of the value columns); returns str or bytes. json:dumps writes Quix's "
+        "RedisSink bytes exactly; the default writes the producer's JSON unchanged",
     )
     hash_replace: bool = option(
         False,

@@ -26,11 +26,16 @@ from quixsinks.core.arrow import (
     first_null,
     first_true,
     join_lines,
-    returned_bytes,
+    serialize_each,
 )
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.errors import RecordError
-from quixsinks.core.formats import json_column, json_object_pieces, json_objects
+from quixsinks.core.formats import (
+    json_column,
+    json_object_pieces,
+    json_objects,
+    value_json_texts,
+)
 from quixsinks.core.options import load_callable
 from quixsinks.core.records import RecordSchema
 from quixsinks.core.rowchecks import RowChecks, without_rows
@@ -197,9 +202,9 @@ class RespEncoder:
             if opts.key_serializer is not None:  # Quix's key_serializer(key, value)
                 fn = load_callable(opts.key_serializer, option_name="key_serializer")
                 raw = batch.column(self.records.key).to_pylist()
-                rows = self._value_table(batch).to_pylist()
-                keys = returned_bytes(
-                    [fn(k, v) for k, v in zip(raw, rows, strict=True)],
+                keys = serialize_each(
+                    lambda pair: fn(*pair),
+                    list(zip(raw, self._messages(batch), strict=True)),
                     sink="redis",
                     option="key_serializer",
                     nulls=True,
@@ -311,7 +316,13 @@ class RespEncoder:
         one_each = pa.repeat(pa.scalar(1, pa.int64()), rows)  # one command per row
         value: Piece | list[Piece]
         if self.options.value_column is None and self.options.value_serializer is None:
-            value = _json_pieces(self._value_table(batch))  # joined with the command
+            # joined with the command: the producer's JSON bytes, or the pieces of the
+            # JSON objects of the value columns (no Python per row either way)
+            value = (
+                value_json_texts(batch)
+                if batch.passthrough
+                else _json_pieces(self._value_table(batch))
+            )
         else:
             value = self._value(batch)
             _check_size(value, "value", batch)
@@ -367,16 +378,23 @@ class RespEncoder:
                     row=row,
                 )
             return value
-        table = self._value_table(batch)
         if opts.value_serializer is not None:
             fn = load_callable(opts.value_serializer, option_name="value_serializer")
-            return returned_bytes(
-                [fn(v) for v in table.to_pylist()],
-                sink="redis",
-                option="value_serializer",
-                nulls=True,
-            )
-        return pc.cast(json_objects(table), pa.binary())
+            return serialize_each(
+                fn, self._messages(batch), sink="redis", option="value_serializer"
+            )  # None is refused by its row: Redis has no null value
+        if batch.passthrough:
+            return value_json_texts(batch)
+        return pc.cast(json_objects(self._value_table(batch)), pa.binary())
+
+    def _messages(self, batch: SinkBatch) -> list[object]:
+        """Each row's value as a Quix app holds it, what a ``value_serializer`` or
+        ``key_serializer`` is called with: a JSON value's own object (``None`` for a
+        tombstone; the score and TTL columns are DataFrame columns, never taken out of
+        it), or a dict of the value columns less the score and TTL columns."""
+        if batch.passthrough:
+            return batch.messages()
+        return list(self._value_table(batch).to_pylist())
 
     def _value_table(self, batch: SinkBatch) -> pa.Table:
         values = batch.values()
