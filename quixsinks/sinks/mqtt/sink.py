@@ -186,6 +186,11 @@ class MQTTSink(Sink[MQTTOptions, None]):
         task.state["row0"] = 0
         task.state["clean"] = True
 
+    def types_json_values(self) -> bool:
+        """A payload is the value's JSON text (or a serializer's bytes over each message's
+        own object): nothing reads typed value columns."""
+        return False
+
     def write(self, batch: SinkBatch) -> None:
         task = self.task_of(batch)
         row0 = int(task.state.get("row0", 0))

@@ -146,6 +146,12 @@ class RedisSink(Sink[RedisOptions, StagedHash]):
     def check_fence(self, task: Task) -> None:
         self.mode.check_fence(task)
 
+    def types_json_values(self) -> bool:
+        """A hash or a stream writes one field per JSON key, a key_template reads them:
+        typed; every other value is written as its JSON text (or a column, or a
+        serializer's bytes)."""
+        return self.options.data_type in ("hash", "stream") or self.options.key_template is not None
+
     def write(self, batch: SinkBatch) -> StagedHash | None:
         return self.mode.write(batch, self.encoder, self._send)
 

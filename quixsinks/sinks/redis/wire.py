@@ -228,7 +228,8 @@ class RespEncoder:
         """
         opts = self.options
         checks = RowChecks(batch)
-        values = batch.values() if self.records.value_json else None
+        template = self.records.value_json and opts.key_template is not None
+        values = batch.values() if template else None  # a template may name JSON keys
         keys = self._key_column(batch, values, checks)
         null = pc.is_null(keys)
         if keys.null_count:
