@@ -40,7 +40,10 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MESSAGES: list[tuple[bytes | None, bytes | None]] = [
     (b"sensor-1", b'{"id": 0, "reading": -34, "name": "plain", "tags": {"a": 1, "b": [5]}}'),
     (b"sensor-2", b'{"name": "\\u00fc escaped", "id": 1, "reading": 21.5, "tiny": 1e-9}'),
-    (b"sensor-1", '{"id": 2, "name": "ü raw", "ok": true, "tags": {"c": "x", "b": [5.5]}}'.encode()),
+    (
+        b"sensor-1",
+        '{"id": 2, "name": "ü raw", "ok": true, "tags": {"c": "x", "b": [5.5]}}'.encode(),
+    ),
     (b"\xff\xfesensor", b'{"ok": false, "id": 3, "reading": 7}'),
     (None, b'{"id": 4, "reading": 0.1, "name": null}'),
     (b"sensor-3", None),
@@ -140,7 +143,7 @@ def read(pg: dict[str, Any], table: str, where: str = "TRUE") -> list[dict[str, 
     exprs = []
     for name, kind in types.items():
         if kind == "timestamp with time zone":
-            exprs.append(f'("{name}" AT TIME ZONE \'UTC\')')
+            exprs.append(f"(\"{name}\" AT TIME ZONE 'UTC')")
         elif name == "__key":
             exprs.append(f'"{name}"::text')
         else:
@@ -190,12 +193,16 @@ def test_the_same_messages_give_the_same_rows_as_quix_but_the_listed_differences
     assert [r["name"] for r in ours] == ["plain", "ü escaped", "ü raw", None, None]
     assert [r["tiny"] for r in ours] == [None, 1e-9, None, None, None]
     # each message's own nested object, as Quix writes it (not the batch's union of keys)
-    assert [r["tags"] for r in ours] == [{"a": 1, "b": [5]}, None, {"b": [5.5], "c": "x"}, None, None]
+    assert [r["tags"] for r in ours] == [
+        {"a": 1, "b": [5]},
+        None,
+        {"b": [5.5], "c": "x"},
+        None,
+        None,
+    ]
 
 
-def test_a_tombstone_is_a_row_of_metadata_where_quix_raises(
-    spark: Any, pg: dict[str, Any]
-) -> None:
+def test_a_tombstone_is_a_row_of_metadata_where_quix_raises(spark: Any, pg: dict[str, Any]) -> None:
     with pytest.raises(TypeError, match="supports only dictionaries"):
         write_with_quix(pg, "quix", MESSAGES[-1:])
     write_with_quixsinks(spark, pg, "ours", MESSAGES)
