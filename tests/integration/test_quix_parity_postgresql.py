@@ -20,15 +20,23 @@ from __future__ import annotations
 import contextlib
 import importlib
 import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import psycopg2.extensions
+import pyarrow as pa
 import pytest
 
+from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.deadletters import Refusals
+from quixsinks.core.sink import Receipt, Task
+
 from .test_postgresql import column_types, query, staging_tables
+from .test_postgresql_existing_tables import commit, make_sink
 
 BASE_MS = 1714521600123
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -83,6 +91,10 @@ def write_with_quix(
     """Quix's sink, fed as a Quix app feeds it (value: ``orjson.loads`` of the bytes);
     ``per_message``: one flush (one Quix batch) per message."""
     server = pg["server"]
+    # Quix's constructor makes psycopg2 send every list, tuple and dict of the process as
+    # JSON (register_adapter): restored once it is done, for the sink under test, which
+    # binds lists as arrays
+    adapters = dict(psycopg2.extensions.adapters)
     sink = quix_sink_class()(
         host=server.host,
         port=server.port,
@@ -110,6 +122,8 @@ def write_with_quix(
             sink.flush()
         finally:
             sink._client.close()
+            psycopg2.extensions.adapters.clear()
+            psycopg2.extensions.adapters.update(adapters)
 
 
 def write_with_quixsinks(
@@ -352,3 +366,50 @@ def test_a_type_the_data_does_not_fit_losslessly_says_what_to_change_before_data
     query(pg, alter)
     write_with_quixsinks(spark, pg, "events", messages, first_offset=1, key_text_format="hex")
     assert query(pg, "SELECT id, reading FROM events ORDER BY id") == [(0, 1.0), (1, 21.5)]
+
+
+@pytest.mark.parametrize("mode", ["exactly-once", "prepared", "direct"])
+def test_every_write_mode_continues_quixs_table(pg: dict[str, Any], mode: str) -> None:
+    """Driven as the Spark glue drives the sink (tasks write, the driver commits), without
+    Spark: the metadata columns adapt in every write mode, a key that is not UTF-8 is
+    refused alone (on_error=skip)."""
+    write_with_quix(pg, "events", [("sensor-1", b'{"id": 0, "tags": {"a": 1}}')])
+    kafka = pa.table(
+        {
+            "key": pa.array([b"sensor-2", b"\xff", None], pa.binary()),
+            "value": pa.array([b'{"id": 1, "tags": {"b": [5]}}', b'{"id": 2}', b'{"id": 3}']),
+            "topic": ["events"] * 3,
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array([1, 2, 3], pa.int64()),
+            "timestamp": pa.array(
+                [EPOCH + timedelta(milliseconds=BASE_MS + i) for i in (1, 2, 3)],
+                pa.timestamp("us", "UTC"),
+            ),
+            "timestampType": pa.array([0] * 3, pa.int32()),
+        }
+    )
+    options = {"table_name": "events", "write_mode": mode, "on_error": "skip"}
+    sink = make_sink(pg, kafka.schema, include_metadata="true", key_column="auto", **options)
+    context = WriteContext("bench", 0, 0, uuid.uuid4().hex, False)
+    task = Task(context, sink.options.retry_policy(), refusals=Refusals("postgresql", "skip"))
+    receipt: Receipt[Any] = Receipt("bench", 0, 0, context.attempt_id)
+    assert sink.records is not None
+    try:
+        sink.setup(task)
+        receipt.staged.append(sink.write(SinkBatch(kafka, sink.records, context, task=task)))
+    finally:
+        task.close()
+    commit(sink, [receipt])
+    assert task.refusals.count == 1
+    assert column_types(pg, "events") == {
+        "timestamp": "timestamp without time zone",
+        "__key": "text",
+        "id": "bigint",
+        "tags": "jsonb",
+    }
+    assert query(pg, 'SELECT "timestamp", __key, id, tags FROM events ORDER BY id') == [
+        (record_time(0), "sensor-1", 0, {"a": 1}),
+        (record_time(1), "sensor-2", 1, {"b": [5]}),
+        (record_time(3), None, 3, None),
+    ]
+    assert staging_tables(pg) == []
