@@ -20,10 +20,15 @@ from quixsinks.core.errors import (
 from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink
 from quixsinks.sinks.postgresql.client import translate
 from quixsinks.sinks.postgresql.schema import (
+    Column,
     TableSchema,
+    accepts,
     column_plan,
     compatible,
     gid_in_schema,
+    incompatible_message,
+    key_texts,
+    non_utf8_rows,
     pg_type,
     prepared_gid,
     settle_action,
@@ -327,3 +332,53 @@ def test_a_primary_key_in_no_row_of_a_json_batch_marks_every_row() -> None:
     )
     columns = column_plan(batch.values().schema, None, include_metadata=False)
     assert null_key_rows(batch, columns, ["id"])["id"].to_pylist() == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("column", "existing", "ok"),
+    [
+        # the metadata columns of a table Quix's PostgreSQLSink created
+        (
+            Column("timestamp", "timestamp with time zone", "timestamp"),
+            "timestamp without time zone",
+            True,
+        ),
+        (Column("__key", "bytea", "key"), "text", True),
+        (Column("__key", "bytea", "key"), "character varying(64)", True),
+        # a value column gets no such leeway: the zone of a naive column is unknown
+        (Column("t", "timestamp with time zone", "value"), "timestamp without time zone", False),
+        (Column("__key", "bytea", "key"), "integer", False),
+        (Column("timestamp", "timestamp with time zone", "timestamp"), "date", False),
+    ],
+)
+def test_an_existing_column_accepts_what_it_takes_without_loss(
+    column: Column, existing: str, ok: bool
+) -> None:
+    assert accepts(column, existing) is ok
+
+
+def test_a_type_that_loses_data_says_the_alter_table_and_the_spark_cast() -> None:
+    table = TableSchema("public", 'odd"name')
+    message = incompatible_message(table, Column("reading", "double precision", "value"), "bigint")
+    assert (
+        'ALTER TABLE "public"."odd""name" ALTER COLUMN "reading" TYPE double precision '
+        'USING "reading"::double precision'
+    ) in message
+    assert "cast the column 'reading' to bigint in Spark" in message
+    json_message = incompatible_message(
+        table, Column("n", "double precision", "value"), "numeric(10,2)", json_values=True
+    )
+    assert "from_json" in json_message
+    assert "decimal(10,2)" in json_message
+    key_message = incompatible_message(table, Column("__key", "bytea", "key"), "integer")
+    assert "include_metadata=false" in key_message
+
+
+def test_binary_keys_become_text_as_utf8_or_as_quixs_bytea_text() -> None:
+    keys = pa.array([b"k1", None, "\u00fc".encode()], pa.binary())
+    assert key_texts(keys).to_pylist() == ["k1", None, "\u00fc"]
+    assert key_texts(keys, "hex").to_pylist() == ["\\x6b31", None, "\\xc3bc"]
+    bad = pa.array([b"ok", b"\xff", None, b"\xfe\x00"], pa.binary())
+    assert non_utf8_rows(bad, None) == [1, 3]
+    assert non_utf8_rows(bad, pa.array([0, 3], pa.int64())) == [3]
+    assert non_utf8_rows(keys, None) == []

@@ -21,7 +21,8 @@ from .schema import (
     STAGING_REGISTRY,
     Column,
     TableSchema,
-    compatible,
+    accepts,
+    incompatible_message,
 )
 
 __all__ = [
@@ -300,7 +301,10 @@ def ensure_table(
     """Make the target able to take ``columns``.
 
     Creates the table when missing, adds missing nullable columns (``contract`` evolve),
-    adds the primary key when the table has none; never alters an existing column.
+    adds the primary key when the table has none; never alters an existing column. An
+    existing column takes our values where nothing is lost (:func:`accepts`: a table
+    Quix's PostgreSQLSink created, with ``timestamp without time zone`` and a text
+    ``__key``, included); otherwise the error says what to change.
     Returns the columns the target takes, with the types they have there: under the
     contracts discard_row and discard_value, the columns it lacks are left out.
 
@@ -335,14 +339,11 @@ def ensure_table(
     else:
         missing = [c for c in columns if c.name not in existing]
         for col in columns:
-            if col.name in existing and not compatible(
-                col.pg_type, existing[col.name], json_values=json_values
+            if col.name in existing and not accepts(
+                col, existing[col.name], json_values=json_values
             ):
                 raise OptionError(
-                    f"postgresql: column {col.name!r} of table {table} has type "
-                    f"{existing[col.name]}, but the data has {col.pg_type}, which it cannot take "
-                    "without loss; cast the column in Spark, widen the table's column (ALTER "
-                    "TABLE), or write to another table (existing columns are never altered)",
+                    incompatible_message(table, col, existing[col.name], json_values=json_values),
                     option="table_name",
                     value=str(table),
                 )

@@ -201,7 +201,7 @@ class WriteMode:
                 cur.execute("ROLLBACK TO SAVEPOINT quixsinks_rows")
                 _restore(batch, counted)
                 rows = piece.indices()
-                bad = nul_rows(batch, piece.columns, rows)
+                bad = nul_rows(batch, piece.columns, rows, self.options.key_text_format)
                 for row, column in bad.items():
                     error = RecordError(
                         f"postgresql: column {column!r} holds a NUL character (U+0000) in "
@@ -245,7 +245,15 @@ class WriteMode:
             first_row = batch.counters.get("staged_rows", 0)
         delete = delete_flags(batch, opts.delete_column) if opts.delete_column else None
         binary = opts.copy_format == "binary"
-        data = copy_data(batch, load.columns, load.rows, first_row, delete=delete, binary=binary)
+        data = copy_data(
+            batch,
+            load.columns,
+            load.rows,
+            first_row,
+            delete=delete,
+            binary=binary,
+            key_text_format=opts.key_text_format,
+        )
         if numbered:
             batch.count("staged_rows", load.count)
         return data

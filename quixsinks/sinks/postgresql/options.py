@@ -69,6 +69,13 @@ class PostgreSQLOptions(LedgerOptions):
     include_metadata: bool = option(
         True, doc="Add the columns `timestamp` (record time) and `__key` (record key)"
     )
+    key_text_format: Literal["utf8", "hex"] = option(
+        "utf8",
+        doc="How a binary key is written into an existing text `__key` column (a table Quix's "
+        "PostgreSQLSink created): utf8 writes the key's text (a key that is not UTF-8 is "
+        "refused, as on_error says); hex writes PostgreSQL's bytea text, `\\x6b31`, what "
+        "Quix writes for a bytes key (its default key_deserializer)",
+    )
     write_mode: Literal["exactly-once", "prepared", "direct"] = option(
         "exactly-once",
         doc="exactly-once: stage, then one driver transaction with a ledger row; prepared: "

@@ -33,6 +33,7 @@ into SQL text.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -53,16 +54,27 @@ __all__ = [
     "MAX_IDENTIFIER_BYTES",
     "ROW_COLUMN",
     "STAGING_REGISTRY",
+    "TEXT_TYPES",
     "Column",
+    "MessageJson",
     "NulError",
     "TableSchema",
+    "accepts",
     "check_no_nul",
     "column_arrays",
     "column_plan",
     "has_nul",
+    "incompatible_message",
+    "is_binary",
+    "is_json_source",
     "json_text",
+    "key_texts",
+    "message_json",
+    "non_utf8_rows",
     "null_key_rows",
     "pg_type",
+    "quote_ident",
+    "spark_type_for",
     "sql_text",
     "stage_prefix",
     "stage_table_name",
@@ -183,6 +195,92 @@ class Column:
     name: str
     pg_type: str
     source: str  # "value", "timestamp" (record time) or "key" (record key)
+
+
+#: PostgreSQL types holding text, into which a binary key is written as its text
+TEXT_TYPES = ("text", "character varying", "character")
+
+
+def accepts(col: Column, existing: str, *, json_values: bool = False) -> bool:
+    """Whether an existing column of type ``existing`` takes ``col``'s values losslessly:
+    as :func:`compatible` says, and for the metadata columns of a table Quix's
+    PostgreSQLSink created, the record time into ``timestamp without time zone`` (as its
+    UTC wall time) and a binary key into a text column (as its text: ``key_text_format``)."""
+    if compatible(col.pg_type, existing, json_values=json_values):
+        return True
+    base = existing.split("(")[0]
+    if col.source == "timestamp":
+        return base == "timestamp without time zone"
+    if col.source == "key":
+        return col.pg_type == "bytea" and base in TEXT_TYPES
+    return False
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a PostgreSQL identifier in an error message (never executed)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+#: the Spark type whose values an existing column of a PostgreSQL type takes as they are
+_SPARK_FOR: dict[str, str] = {
+    "smallint": "smallint",
+    "integer": "int",
+    "bigint": "bigint",
+    "real": "float",
+    "double precision": "double",
+    "text": "string",
+    "character varying": "string",
+    "character": "string",
+    "bytea": "binary",
+    "boolean": "boolean",
+    "date": "date",
+    "timestamp with time zone": "timestamp",
+    "timestamp without time zone": "timestamp_ntz",
+}
+
+
+def spark_type_for(existing: str) -> str | None:
+    """The Spark type to cast a column to so that an ``existing`` column takes it."""
+    base = existing.split("(")[0]
+    if base == "numeric":
+        spec = _numeric_spec(existing)
+        if spec is None:
+            return "decimal(38,18)"
+        return f"decimal({spec[0]},{spec[1]})" if spec[0] <= 38 else None
+    return _SPARK_FOR.get(base)
+
+
+def incompatible_message(
+    table: TableSchema, col: Column, existing: str, *, json_values: bool = False
+) -> str:
+    """What to change when column ``col`` of ``table`` has the type ``existing``, which
+    does not take the values we write without loss: the ALTER TABLE that widens it, or
+    the Spark cast that makes the data fit it."""
+    name = quote_ident(col.name)
+    alter = (
+        f"ALTER TABLE {quote_ident(table.schema)}.{quote_ident(table.name)} ALTER COLUMN "
+        f"{name} TYPE {col.pg_type} USING {name}::{col.pg_type}"
+    )
+    fixes = [f"change the column: {alter}"]
+    spark = spark_type_for(existing)
+    if col.source == "value" and spark is not None:
+        if json_values:
+            fixes.append(
+                f"or parse the JSON value in Spark (from_json) and cast {col.name!r} to {spark} "
+                "(Spark's cast decides what is lost)"
+            )
+        else:
+            fixes.append(
+                f"or cast the column {col.name!r} to {spark} in Spark (Spark's cast decides "
+                "what is lost)"
+            )
+    elif col.source != "value":
+        fixes.append("or set include_metadata=false (no timestamp and __key columns)")
+    fixes.append("or write to another table (existing columns are never altered)")
+    return (
+        f"postgresql: column {col.name!r} of table {table} has type {existing}, but the data "
+        f"has {col.pg_type}, which it cannot take without loss; " + "; ".join(fixes)
+    )
 
 
 def column_plan(
@@ -359,13 +457,61 @@ def json_text(column: pa.Array, name: str, *, strict: bool) -> pa.Array:
 
 def unchecked_json_text(column: pa.Array) -> pa.Array:
     """A nested (or JSON) column as JSON text, nulls kept."""
+    if isinstance(column.type, MessageJson):
+        return column.storage
     return pc.if_else(pc.is_null(column), pa.scalar(None, pa.string()), json_column(column))
+
+
+class MessageJson(pa.ExtensionType):  # type: ignore[misc]
+    """JSON texts of each message's own nested value under one key (a JSON value read per
+    message, as Quix writes it: its own keys and number types, not the batch's union),
+    written as they are into a jsonb, json or text column."""
+
+    def __init__(self) -> None:
+        super().__init__(pa.string(), "quixsinks.postgresql.message_json")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return b""
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> MessageJson:
+        return cls()
+
+
+def is_json_source(t: pa.DataType) -> bool:
+    """Whether values of Arrow type ``t`` are written as JSON text (nested, or a message's
+    own JSON)."""
+    return bool(pa.types.is_nested(t) or isinstance(t, MessageJson))
+
+
+def message_json(
+    batch: SinkBatch, names: Sequence[str], rows: pa.Array | None
+) -> dict[str, pa.Array]:
+    """Per key of ``names``: each message's own value under it as JSON text
+    (``json.dumps`` of ``json.loads``, as Quix's Json adapter writes it), null where the
+    message lacks it, holds null there or is a tombstone; only ``rows``, when given."""
+    raw = batch.table.column(batch.records.values[0]).combine_chunks()
+    if rows is not None:
+        raw = raw.take(rows)
+    texts = [b"null" if t is None else t for t in pc.cast(raw, pa.binary()).to_pylist()]
+    try:  # one array: about 3 times faster than a json.loads per message
+        messages = json.loads(b"[" + b",".join(texts) + b"]")
+    except ValueError:  # the glue's parser and json differ on a message: say which
+        messages = [json.loads(text) for text in texts]
+    out: dict[str, pa.Array] = {}
+    for name in names:
+        texts = [
+            json.dumps(m[name]) if isinstance(m, dict) and m.get(name) is not None else None
+            for m in messages
+        ]
+        out[name] = pa.ExtensionArray.from_storage(MessageJson(), pa.array(texts, pa.string()))
+    return out
 
 
 def sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
     """A column as COPY (CSV) will read it for a column of type ``pg``."""
     t = column.type
-    if pg in ("jsonb", "json") or pa.types.is_nested(t):
+    if pg in ("jsonb", "json") or is_json_source(t):
         return json_text(column, name, strict=pg in ("jsonb", "json"))
     if pg == "bytea":
         hexed = [None if v is None else "\\x" + bytes(v).hex() for v in column.to_pylist()]
@@ -383,22 +529,81 @@ def sql_text(column: pa.Array, pg: str, name: str = "") -> pa.Array:
 
 
 def column_arrays(
-    batch: SinkBatch, columns: Sequence[Column], rows: pa.Array | None = None
+    batch: SinkBatch,
+    columns: Sequence[Column],
+    rows: pa.Array | None = None,
+    key_text_format: str = "utf8",
 ) -> dict[str, pa.Array]:
-    """The batch's values of ``columns`` as Arrow arrays (only ``rows``, when given)."""
+    """The batch's values of ``columns`` as Arrow arrays (only ``rows``, when given), each
+    as its column takes it (a binary key into text: ``key_text_format``). A nested value
+    of a JSON value column is each message's own JSON (:func:`message_json`)."""
     values = batch.values()
     out: dict[str, pa.Array] = {}
+    own: dict[str, pa.Array] = {}
+    if batch.passthrough:
+        nested = [
+            c.name
+            for c in columns
+            if c.source == "value"
+            and c.name in values.column_names
+            and pa.types.is_nested(values.schema.field(c.name).type)
+        ]
+        own = message_json(batch, nested, rows) if nested else {}
     for col in columns:
+        if col.name in own and col.source == "value":
+            out[col.name] = own[col.name]
+            continue
         if col.source == "timestamp":
-            array = pc.cast(batch.timestamps_ms(), pa.timestamp("ms", "UTC"))
+            # into `timestamp without time zone` (Quix's column): the UTC wall time
+            zone = None if col.pg_type == "timestamp without time zone" else "UTC"
+            array = pc.cast(batch.timestamps_ms(), pa.timestamp("ms", zone))
         elif col.source == "key":
             array = batch.keys()
         else:
             array = values.column(col.name).combine_chunks()
         if rows is not None:
             array = array.take(rows)
+        text_column = col.pg_type.split("(")[0] in TEXT_TYPES
+        if col.source == "key" and text_column and is_binary(array.type):
+            array = key_texts(array, key_text_format)
         out[col.name] = array
     return out
+
+
+def is_binary(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+    )
+
+
+def key_texts(keys: pa.Array, key_text_format: str = "utf8") -> pa.Array:
+    """Binary keys as the text a text ``__key`` column holds: ``utf8`` decodes them (the
+    caller has refused the keys that are not UTF-8: :func:`non_utf8_rows`), ``hex`` gives
+    PostgreSQL's bytea text, ``\\x6b31``, what Quix's PostgreSQLSink writes for a bytes key."""
+    if key_text_format == "hex":
+        texts = [None if v is None else "\\x" + v.hex() for v in keys.to_pylist()]
+        return pa.array(texts, pa.string())
+    return pc.cast(pc.cast(keys, pa.binary()), pa.string())
+
+
+def non_utf8_rows(keys: pa.Array, rows: pa.Array | None) -> list[int]:
+    """The rows (indices into the batch, of ``rows`` when given) whose binary key is not
+    valid UTF-8."""
+    taken = keys if rows is None else keys.take(rows)
+    try:
+        pc.cast(pc.cast(taken, pa.binary()), pa.string())
+        return []
+    except pa.ArrowInvalid:
+        pass
+    indices = range(len(keys)) if rows is None else rows.to_pylist()
+    bad = []
+    for row, raw in zip(indices, taken.to_pylist(), strict=True):
+        try:
+            if raw is not None:
+                raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(int(row))
+    return bad
 
 
 def null_key_rows(

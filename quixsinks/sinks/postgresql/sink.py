@@ -75,7 +75,16 @@ from .client import (
 )
 from .modes import Load, Refused, StagedRows, WriteMode, write_mode
 from .options import PostgreSQLOptions
-from .schema import LEDGER_TABLE, Column, TableSchema, column_plan, null_key_rows
+from .schema import (
+    LEDGER_TABLE,
+    TEXT_TYPES,
+    Column,
+    TableSchema,
+    column_plan,
+    is_binary,
+    non_utf8_rows,
+    null_key_rows,
+)
 from .wire import discard, route
 
 __all__ = ["PostgreSQLSink", "StagedRows"]
@@ -299,11 +308,53 @@ class PostgreSQLSink(Sink[PostgreSQLOptions, StagedRows]):
                     if rows is not None and len(rows) == 0:
                         continue
                 table = TableSchema(self.options.schema_name, table_name)
+                rows = self._without_non_utf8_keys(batch, table, kept, rows, refused)
+                if rows is not None and len(rows) == 0:
+                    continue
                 load = Load(batch, table, kept, rows, refused)
                 staged.tables[table_name] = (self.mode.load(cur, load, scratch), load.written)
             self.mode.seal(cur, batch, staged)
         conn.commit()
         return staged
+
+    def _without_non_utf8_keys(
+        self,
+        batch: SinkBatch,
+        table: TableSchema,
+        kept: list[Column],
+        rows: pa.Array | None,
+        refuse: Refused,
+    ) -> pa.Array | None:
+        """``rows`` less those whose binary key is not UTF-8, refused, when the table's
+        ``__key`` is text (Quix's) and key_text_format is utf8; the rows are checked
+        before any of them is written."""
+        column = next((c for c in kept if c.source == "key"), None)
+        if (
+            column is None
+            or self.options.key_text_format != "utf8"
+            or column.pg_type.split("(")[0] not in TEXT_TYPES
+            or not is_binary(batch.keys().type)
+        ):
+            return rows
+        bad = non_utf8_rows(batch.keys(), rows)
+        if not bad:
+            return rows
+        for row in bad:
+            refuse(
+                row,
+                RecordError(
+                    f"postgresql: the key of row {row} of partition {batch.partition_id} is "
+                    f"not valid UTF-8, and column {column.name!r} of table {table} is "
+                    f"{column.pg_type}, which holds the key's text; write keys as PostgreSQL's "
+                    "bytea text (\\x...) with key_text_format=hex (what Quix's PostgreSQLSink "
+                    "writes for a bytes key), or decode the key in Spark",
+                    column=column.name,
+                    row=row,
+                ),
+            )
+        keep = rows.to_pylist() if rows is not None else range(batch.num_rows)
+        refused = set(bad)
+        return pa.array([r for r in keep if r not in refused], pa.int64())
 
     def _ensure_for_write(self, cur: Any, table_name: str, columns: list[Column]) -> list[Column]:
         """:meth:`_ensure` on an executor: its errors concern the table, never a row."""

@@ -50,6 +50,7 @@ from .schema import (
     column_arrays,
     has_nul,
     identifier_problem,
+    is_json_source,
     json_text,
     sql_text,
     unchecked_json_text,
@@ -142,18 +143,20 @@ def discard(
     return keep if len(keep) < total else rows
 
 
-def nul_rows(batch: SinkBatch, columns: Sequence[Column], rows: pa.Array) -> dict[int, str]:
+def nul_rows(
+    batch: SinkBatch, columns: Sequence[Column], rows: pa.Array, key_text_format: str = "utf8"
+) -> dict[int, str]:
     """The rows (of ``rows``, indices into the batch's table) whose value in one of
     ``columns`` holds a NUL character, which PostgreSQL text, json and jsonb refuse (in a
     JSON column: its escape too), each with the first such column. Run only once the
     encoder has met one."""
     found: dict[int, str] = {}
-    for name, array in column_arrays(batch, columns, rows).items():
+    for name, array in column_arrays(batch, columns, rows, key_text_format).items():
         pg = next(c.pg_type for c in columns if c.name == name).split("(")[0]
         if pa.types.is_dictionary(array.type):
             array = array.dictionary_decode()
         t = array.type
-        if pg in ("json", "jsonb") or pa.types.is_nested(t) or pa.types.is_null(t):
+        if pg in ("json", "jsonb") or is_json_source(t) or pa.types.is_null(t):
             strict = pg in ("json", "jsonb")
             hit = has_nul(unchecked_json_text(array), JSON_NUL if strict else None)
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -196,11 +199,13 @@ def copy_data(
     *,
     delete: pa.Array | None = None,
     binary: bool = True,
+    key_text_format: str = "utf8",
 ) -> CopyData:
     """The COPY payload filling ``columns`` (and ROW_COLUMN from ``first_row``) with the
     batch's rows (those at ``rows``, when given), and DELETE_COLUMN from ``delete``
-    (one flag per row of the batch); binary where every column allows it."""
-    arrays = column_arrays(batch, columns, rows)
+    (one flag per row of the batch); binary where every column allows it. A binary key
+    into a text column is its text (``key_text_format``)."""
+    arrays = column_arrays(batch, columns, rows, key_text_format)
     if first_row is not None:
         n = batch.num_rows if rows is None else len(rows)
         arrays[ROW_COLUMN] = pa.array(range(first_row, first_row + n), pa.int64())
@@ -261,7 +266,7 @@ def _binary_array(array: pa.Array, pg: str, name: str) -> pa.Array | None:
     if pa.types.is_dictionary(t):
         return _binary_array(array.dictionary_decode(), pg, name)
     base = pg.split("(")[0]
-    if base in ("jsonb", "json") or pa.types.is_nested(t) or pa.types.is_null(t):
+    if base in ("jsonb", "json") or is_json_source(t) or pa.types.is_null(t):
         if base not in ("jsonb", "json", "text"):
             return None
         return json_text(array, name, strict=base != "text")
