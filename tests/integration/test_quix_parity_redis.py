@@ -191,6 +191,8 @@ def test_a_null_kafka_key_fails_quixs_batch_and_is_a_row_error_here(
     with pytest.raises(redis.exceptions.DataError):
         write_with_quix(redis_server, 1, [*messages, NULL_KEY])
     assert stored(redis_server, 1, run) == {}  # Quix's MULTI never ran
-    with pytest.raises(Exception, match=r"offset 9 was refused: redis: the key of row 9 is null") as raised:
+    with pytest.raises(
+        Exception, match=r"offset 9 was refused: redis: the key of row 9 is null"
+    ) as raised:
         write_with_quixsinks(spark, redis_server, 2, [*messages, NULL_KEY])
     assert "null_keys=skip" in str(raised.value)
