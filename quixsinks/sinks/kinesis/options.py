@@ -50,7 +50,9 @@ class KinesisOptions(CommonOptions):
     endpoint_url: str | None = option(
         None,
         env="AWS_ENDPOINT_URL_KINESIS",
-        doc="Kinesis endpoint URL, e.g. a local test server (default: AWS_ENDPOINT_URL_KINESIS)",
+        aliases=("aws_endpoint_url",),
+        doc="Kinesis endpoint URL, e.g. a local test server (default: AWS_ENDPOINT_URL_KINESIS; "
+        "Quix's name: aws_endpoint_url)",
     )
     data_column: str | None = option(
         None,
