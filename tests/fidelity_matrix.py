@@ -395,8 +395,10 @@ _json_payload_column(
     {
         "key: string, and a null key": (LOSSLESS, "attribute _key; a null key sets none"),
         "key: binary": (
-            CONVERSION,
-            "attribute _key: UTF-8 text (invalid bytes replaced by U+FFFD)",
+            ERROR,
+            "RecordError naming the row of bytes that are not UTF-8 (Quix's bytes.decode "
+            "raises too; a replacement character would change the key silently); UTF-8 keys: "
+            "attribute _key as text",
         ),
         "key: struct<a:int,b:string>": (CONVERSION, "attribute _key: JSON text"),
     },

@@ -128,6 +128,61 @@ def test_kafka_coordinates_make_ids_independent_of_the_spark_partition() -> None
     assert len(set(ids)) == 2
 
 
+def kafka_json_table(values: list[bytes | None], keys: list[bytes | None]) -> pa.Table:
+    n = len(values)
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "topic": ["t"] * n,
+            "partition": [0] * n,
+            "offset": list(range(n)),
+            "timestamp": pa.array([0] * n, pa.timestamp("ms")),
+            "timestampType": [0] * n,
+        }
+    )
+
+
+AWKWARD = [b'{"t": -34, "u": "\\u00fc"}', b' { "t": 1e-9, "x": "\xc3\xbc" }', b"{ }", None]
+
+
+def test_a_kafka_json_value_is_sent_as_the_producer_wrote_it() -> None:
+    table = kafka_json_table(AWKWARD, [b"a", b"b", b"c", b"d"])
+    out = entries(sink_for(table, dedupe_id="none"), table)
+    assert [e["Data"] for e in out] == [*AWKWARD[:3], b"null"]  # a tombstone is null
+
+
+def test_the_dedupe_field_goes_into_the_producers_object_and_not_into_a_tombstone() -> None:
+    table = kafka_json_table(AWKWARD, [b"a", b"b", b"c", b"d"])
+    out = [e["Data"] for e in entries(sink_for(table), table)]
+    ids = [json.loads(d)["_dedupe_id"] for d in out[:3]]
+    assert out[0] == b'{"_dedupe_id":"' + ids[0].encode() + b'",' + AWKWARD[0][1:]
+    assert out[1] == b'{"_dedupe_id":"' + ids[1].encode() + b'", "t": 1e-9, "x": "\xc3\xbc" }'
+    assert out[2] == b'{"_dedupe_id":"' + ids[2].encode() + b'" }'
+    assert out[3] == b"null"
+
+
+def test_value_serializer_json_dumps_gives_quix_bytes() -> None:
+    table = kafka_json_table(AWKWARD, [b"a", b"b", b"c", b"d"])
+    out = entries(sink_for(table, value_serializer="json:dumps", dedupe_id="none"), table)
+    quix = [json.dumps(None if v is None else json.loads(v)).encode() for v in AWKWARD]
+    assert [e["Data"] for e in out] == quix
+    assert out[0]["Data"] == b'{"t": -34, "u": "\\u00fc"}'  # -34 stays an int
+
+
+def test_a_value_serializer_that_raises_is_a_record_error_naming_the_row() -> None:
+    table = kafka_json_table([b'{"a": 1}', b'{"a": "x"}'], [b"a", b"b"])
+    sink = sink_for(table, value_serializer="operator:neg", dedupe_id="none")
+    with pytest.raises(RecordError, match=r"'value_serializer' failed on row 0"):
+        entries(sink, table)
+
+
+def test_a_key_that_is_not_utf8_becomes_replacement_characters() -> None:
+    table = kafka_json_table([b"{}", b"{}"], [b"caf\xc3\xa9", b"\xff\xfe"])
+    out = entries(sink_for(table), table)
+    assert [e["PartitionKey"] for e in out] == ["caf\u00e9", "\ufffd\ufffd"]
+
+
 def test_prefix_ids_go_before_data_column_bytes_with_hash_keys() -> None:
     table = pa.table({"pk": ["p1", "p2"], "body": [b"\x00\x01", b""], "hk": ["7", None]})
     sink = sink_for(

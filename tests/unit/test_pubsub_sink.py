@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pyarrow as pa
@@ -67,7 +68,7 @@ def test_a_kafka_record_gets_quix_attributes_and_json_data() -> None:
     sink = sink_for(table)
     messages = sink.messages(batch_of(sink, table), DedupeIds("sink", 3, 1))
     first, second = messages
-    assert first.data == b'{"a":1}'
+    assert first.data == b'{"a": 1}'  # the producer's bytes, as written
     assert {k: v for k, v in first.attributes.items() if k != "qs_dedupe_id"} == {
         "_key": "k1",
         "_timestamp": "1000",
@@ -76,6 +77,65 @@ def test_a_kafka_record_gets_quix_attributes_and_json_data() -> None:
     }
     assert "_key" not in second.attributes  # a null key sets no attribute
     assert len(first.attributes["qs_dedupe_id"]) == 32
+
+
+def kafka_values(values: list[bytes | None], keys: list[bytes | None]) -> pa.Table:
+    table = kafka_table()
+    n = len(values)
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "topic": ["t"] * n,
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "timestamp": pa.array([1000] * n, pa.timestamp("ms")),
+            "timestampType": pa.array([0] * n, pa.int32()),
+            "headers": pa.array([[]] * n, table.schema.field("headers").type),
+        }
+    )
+
+
+AWKWARD = [b'{"t": -34, "u": "\\u00fc"}', b' { "t": 1e-9, "x": "\xc3\xbc" }', None]
+
+
+@pytest.mark.parametrize("build", ["messages", "frames"])
+def test_a_kafka_json_value_is_sent_as_the_producer_wrote_it(build: str) -> None:
+    table = kafka_values(AWKWARD, [b"a", b"b", b"c"])
+    sink = sink_for(table)
+    found = getattr(sink, build)(batch_of(sink, table), DedupeIds("sink", 3, 1))
+    if build == "frames":
+        from google.pubsub_v1.types import PubsubMessage
+
+        found = [PubsubMessage.deserialize(wire[1 + len(_varint_of(wire)) :]) for _, wire in found]
+    assert [m.data for m in found] == [*AWKWARD[:2], b"null"]  # a tombstone is null
+
+
+def _varint_of(wire: bytes) -> bytes:
+    """The length varint after a frame's tag byte."""
+    out = bytearray()
+    for byte in wire[1:]:
+        out.append(byte)
+        if byte < 0x80:
+            return bytes(out)
+    raise AssertionError("no varint")
+
+
+def test_value_serializer_json_dumps_gives_quix_bytes() -> None:
+    table = kafka_values(AWKWARD, [b"a", b"b", b"c"])
+    sink = sink_for(table, value_serializer="json:dumps")
+    found = sink.messages(batch_of(sink, table), DedupeIds("sink", 3, 1))
+    quix = [json.dumps(None if v is None else json.loads(v)).encode() for v in AWKWARD]
+    assert [m.data for m in found] == quix
+    assert found[0].data == b'{"t": -34, "u": "\\u00fc"}'  # -34 stays an int
+
+
+def test_a_key_that_is_not_utf8_is_refused_naming_its_row() -> None:
+    table = kafka_values([b"{}", b"{}"], [b"ok", b"\xff\xfe"])
+    sink = sink_for(table)
+    with pytest.raises(RecordError, match=r"key of row 1 .*not UTF-8.*key_serializer") as info:
+        sink.messages(batch_of(sink, table), DedupeIds("sink", 3, 1))
+    assert info.value.row == 1
 
 
 def test_dedupe_ids_are_the_same_on_a_replay_and_differ_between_batches() -> None:

@@ -50,19 +50,23 @@ class KinesisOptions(CommonOptions):
     endpoint_url: str | None = option(
         None,
         env="AWS_ENDPOINT_URL_KINESIS",
-        doc="Kinesis endpoint URL, e.g. a local test server (default: AWS_ENDPOINT_URL_KINESIS)",
+        aliases=("aws_endpoint_url",),
+        doc="Kinesis endpoint URL, e.g. a local test server (default: AWS_ENDPOINT_URL_KINESIS; "
+        "Quix's name: aws_endpoint_url)",
     )
     data_column: str | None = option(
         None,
         one_of="data",
         doc="Send this column as each record's data as it is (bytes, or text as UTF-8); "
-        "default: a JSON object of the value columns (Quix's json.dumps)",
+        "default: the value as JSON (a Kafka JSON value as the producer wrote it, null for a "
+        "tombstone; else a JSON object of the value columns)",
     )
     value_serializer: str | None = option(
         None,
         one_of="data",
-        doc="Import path (module:function) called per row on the value dict, returning str "
-        "or bytes (default: JSON, built vectorised)",
+        doc="Import path (module:function) called per row on the message's own value (as "
+        "json.loads gives it; None for a tombstone), returning str or bytes; json:dumps "
+        "gives Quix's bytes",
     )
     partition_key_column: str | None = option(
         None,
@@ -72,8 +76,9 @@ class KinesisOptions(CommonOptions):
     key_serializer: str | None = option(
         None,
         one_of="key",
-        doc="Import path (module:function) called per row on the key, returning str (default: "
-        "the key as text, bytes decoded as UTF-8, as Quix's bytes.decode)",
+        doc="Import path (module:function) called per row on a non-null key, returning str "
+        "(default: the key as text, bytes decoded as UTF-8 as Quix's bytes.decode, bytes "
+        "that are not UTF-8 with replacement characters)",
     )
     explicit_hash_key_column: str | None = option(
         None,

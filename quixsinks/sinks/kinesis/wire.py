@@ -1,8 +1,10 @@
 """Arrow rows to Kinesis PutRecords entries: data, partition keys, dedupe ids, limits.
 
-:func:`encode` turns a batch into entries: each record's data (a JSON object of the value
-columns built in Arrow, a column as it is, or a value serializer's bytes), its partition key
-(the key column as text, another column, or a key serializer's text), an optional explicit
+:func:`encode` turns a batch into entries: each record's data (the value as JSON: a Kafka
+JSON value as the producer wrote it, ``null`` for a tombstone, else a JSON object of the
+value columns built in Arrow; a column as it is; or a value serializer's bytes, called on
+each message's own object), its partition key (the key column as text, another column, or
+a key serializer's text), an optional explicit
 hash key, and a deterministic dedupe id (``core.delivery.DedupeIds``) placed in the JSON
 object or before the data. :func:`layers` splits entries for ``ordered`` delivery. Pure
 functions: no client, no server.
@@ -31,14 +33,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import (
-    first_true,
-    returned_bytes,
-)
+from quixsinks.core.arrow import first_true, serialize_each
 from quixsinks.core.batch import SinkBatch
 from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
-from quixsinks.core.formats import csv_keys, json_objects
+from quixsinks.core.formats import csv_keys, value_json_texts
 from quixsinks.core.options import load_callable
 from quixsinks.core.rowchecks import RowChecks
 
@@ -321,13 +320,8 @@ def _data(batch: SinkBatch, options: KinesisOptions, checks: RowChecks) -> pa.Ar
         return pc.fill_null(data, b"") if data.null_count else data
     if options.value_serializer is not None:
         fn = load_callable(options.value_serializer, option_name="value_serializer")
-        return returned_bytes(
-            [fn(v) for v in batch.values().to_pylist()], sink="kinesis", option="value_serializer"
-        )
-    values = batch.values()
-    if values.num_columns == 0:
-        return pa.array([b"{}"] * batch.num_rows, pa.binary())
-    return pc.cast(json_objects(values), pa.binary())
+        return serialize_each(fn, batch.messages(), sink="kinesis", option="value_serializer")
+    return value_json_texts(batch)
 
 
 def _keys(batch: SinkBatch, options: KinesisOptions, key_column: str | None) -> pa.Array:
@@ -351,13 +345,26 @@ def _keys(batch: SinkBatch, options: KinesisOptions, key_column: str | None) -> 
 
 
 def _with_field(data: pa.Array, ids: pa.Array, name: str) -> pa.Array:
-    """``{"<name>":"<id>",...rest}`` from each JSON object ``{...rest}``."""
+    """``{"<name>":"<id>",...rest}`` from each JSON object ``{...rest}``.
+
+    The data is JSON the sink built or the producer's own text (validated as an object or
+    ``null``): whitespace before the ``{`` goes, the rest is kept byte for byte. A value
+    that is not an object (``null``, a Kafka tombstone) is sent unchanged, without an id:
+    a delete applied twice is still one delete.
+    """
     head = ("{" + json.dumps(name, ensure_ascii=False) + ':"').encode()
-    # after the "{" (the sink's own JSON: valid UTF-8)
-    rest = pc.cast(pc.utf8_slice_codeunits(pc.cast(data, pa.string()), 1), pa.binary())
-    empty = pc.equal(rest, pa.scalar(b"}", pa.binary()))
+    objects = pc.match_substring_regex(data, _OBJECT)
+    rest = pc.replace_substring_regex(data, _OBJECT, b"", max_replacements=1)  # after the "{"
+    empty = pc.match_substring_regex(rest, _EMPTY_REST)
     tail = pc.if_else(empty, rest, pc.binary_join_element_wise(b",", rest, b""))
-    return pc.binary_join_element_wise(head, pc.cast(ids, pa.binary()), b'"', tail, b"")
+    with_id = pc.binary_join_element_wise(head, pc.cast(ids, pa.binary()), b'"', tail, b"")
+    return with_id if pc.all(objects).as_py() else pc.if_else(objects, with_id, data)
+
+
+#: a JSON object's start: its "{" after JSON whitespace
+_OBJECT = r"^[ \t\r\n]*\{"
+#: an empty object's rest after its "{"
+_EMPTY_REST = r"^[ \t\r\n]*\}"
 
 
 def layers(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

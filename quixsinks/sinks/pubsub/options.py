@@ -46,13 +46,16 @@ class PubSubOptions(CommonOptions):
     value_serializer: str | None = option(
         None,
         one_of="data",
-        doc="Import path (module:function) called per row on the value dict; returns str or "
-        "bytes (Quix's json.dumps is the default, built vectorised)",
+        doc="Import path (module:function) called per row on the message's own value (as "
+        "json.loads gives it; None for a tombstone); returns str or bytes; json:dumps gives "
+        "Quix's bytes (default: the value as JSON, a Kafka JSON value as the producer wrote "
+        "it)",
     )
     key_serializer: str | None = option(
         None,
-        doc="Import path (module:function) called per row on the key; returns str (default: "
-        "the key as text, bytes decoded as UTF-8, as Quix)",
+        doc="Import path (module:function) called per row on a non-null key; returns str "
+        "(default: the key as text, bytes decoded as UTF-8 as Quix's bytes.decode; a key "
+        "that is not UTF-8 is refused, on_error)",
     )
     data_column: str | None = option(
         None,

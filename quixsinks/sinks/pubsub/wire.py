@@ -1,8 +1,10 @@
 """Arrow to Pub/Sub's wire: a SinkBatch's rows as messages, framed in protobuf, checked
 against Pub/Sub's limits before anything of the batch is published. No client here.
 
-A message's data is the JSON object of the value columns (Quix's ``json.dumps``), a
-``data_column`` as is, or a ``value_serializer``'s result; its attributes are Quix's
+A message's data is the value as JSON (``value_json_texts``: a Kafka JSON value as the
+producer wrote it, ``null`` for a tombstone; else a JSON object of the value columns), a
+``data_column`` as is, or a ``value_serializer``'s result on each message's own object
+(``json:dumps`` gives Quix's bytes); its attributes are Quix's
 (``_key``, ``_timestamp``, ``_offset`` and the Kafka headers, as text), the
 ``attributes_columns`` and the dedupe attribute. :class:`Encoder` builds them two ways:
 :meth:`Encoder.frames` in Arrow, as the ``messages`` fields of a PublishRequest (the sink
@@ -34,12 +36,12 @@ from quixsinks.core.arrow import (
     concat_rows,
     first_null,
     first_true,
-    returned_bytes,
+    serialize_each,
     varints,
 )
 from quixsinks.core.delivery import DedupeIds, kafka_coordinates
 from quixsinks.core.errors import RecordError
-from quixsinks.core.formats import csv_keys, json_objects
+from quixsinks.core.formats import csv_keys, value_json_texts
 from quixsinks.core.options import load_callable
 from quixsinks.core.records import RecordSchema
 
@@ -287,20 +289,16 @@ class Encoder:
                 )
             _check_sizes(pc.binary_length(column), row0)
             return column
-        values = batch.values()
         if opts.value_serializer is not None:
             fn = load_callable(opts.value_serializer, option_name="value_serializer")
-            column = returned_bytes(
-                [fn(value) for value in values.to_pylist()],
-                sink="pubsub",
-                option="value_serializer",
-                first_row=row0,
+            column = serialize_each(
+                fn, batch.messages(), sink="pubsub", option="value_serializer", first_row=row0
             )
             _check_sizes(pc.binary_length(column), row0)
             return column
-        text = json_objects(values)
+        text = value_json_texts(batch)
         _check_sizes(pc.binary_length(text), row0)
-        return as_binary(text)
+        return text
 
     def _attribute_arrays(self, batch: Any, row0: int) -> dict[str, pa.Array]:
         """Attribute name -> its text per row (null: not set), from the named columns."""
@@ -319,7 +317,7 @@ class Encoder:
                     ]
                     out["_key"] = pa.array(texts, pa.string())
                 else:
-                    out["_key"] = csv_keys(key)
+                    out["_key"] = _key_texts(key, records.key, row0)
             if records.timestamp is not None:
                 out["_timestamp"] = pc.cast(batch.timestamps_ms(), pa.string())
             if records.offset is not None:
@@ -421,6 +419,32 @@ class Encoder:
         keys = csv_keys(batch.column(name))
         check_ordering_keys(keys, name, row0)
         return ["" if k is None else k for k in keys.to_pylist()]
+
+
+def _key_texts(keys: pa.Array, name: str, row0: int) -> pa.Array:
+    """The ``_key`` attribute: the key as text (:func:`csv_keys`: bytes decoded as UTF-8,
+    as Quix's ``bytes.decode``; null: no attribute). A binary key that is not UTF-8 is a
+    RecordError naming its row (Quix's ``bytes.decode`` raises too): a replacement
+    character would change the key a consumer reads, silently."""
+    if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
+        try:
+            return pc.cast(keys, pa.string())
+        except pa.ArrowInvalid:
+            for i, key in enumerate(keys.to_pylist()):
+                if key is None:
+                    continue
+                try:
+                    key.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise RecordError(
+                        f"pubsub: the key of row {row0 + i} (column {name!r}) holds bytes that "
+                        f"are not UTF-8 text ({key[:40]!r}); the _key attribute is text: set "
+                        "key_serializer (e.g. one that writes base64), or decode the key in Spark",
+                        column=name,
+                        row=row0 + i,
+                    ) from None
+            raise
+    return csv_keys(keys)
 
 
 def _check_sizes(lengths: pa.Array, row0: int) -> None:
