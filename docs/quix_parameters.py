@@ -220,7 +220,6 @@ SINKS: tuple[QuixSink, ...] = (
             "kwargs",
         ),
         {
-            "aws_endpoint_url": "`endpoint_url`",
             "kwargs": "`aws_session_token`, `request_timeout_seconds`; other boto3 client "
             "settings come from the environment (`AWS_*`)",
         },

@@ -51,6 +51,7 @@ MESSAGES: list[tuple[bytes, bytes | None, list[Header]]] = [
     (b"sensor-4", b' {"id":6,"temp":1E+2,"ok":true,"id":7} ', []),
     (b"sensor-4", b"{}", []),
     (b"sensor-1", None, [("deleted", b"yes")]),
+    (b"sensor-5", b'{"id":"eight","temp":[1]}', []),  # other types: written, not refused
 ]
 
 

@@ -165,6 +165,11 @@ class PubSubSink(Sink[PubSubOptions, None]):
         task.state["dedupe"] = DedupeIds(ctx.sink_id, ctx.batch_id, ctx.partition_id)
         task.state["row0"] = 0
 
+    def types_json_values(self) -> bool:
+        """The data is the value's JSON text (or a column, or a serializer's bytes over
+        each message's own object): nothing reads typed value columns."""
+        return False
+
     def write(self, batch: Any) -> None:
         task = self.task_of(batch)
         row0 = task.state["row0"]
