@@ -55,6 +55,7 @@ from quixsinks.core.formats import (
     JSONFormat,
     ParquetCompression,
     ParquetFormat,
+    non_utf8_rows,
 )
 from quixsinks.core.options import load_callable, option
 from quixsinks.core.publish import AppendPublisher, FilePublisher, StagedFile, StagingArea
@@ -90,6 +91,12 @@ class FileOptions(LedgerOptions, StorageOptions):
         False,
         doc="Append every micro-batch to one file per sink id (json and csv; local or "
         "mounted directories only)",
+    )
+    quix_compat: bool = option(
+        False,
+        doc="Quix FileSink's record shapes where ours differ by design: Parquet _key as "
+        "text, JSON lines as Quix's writer encodes them; a binary key that is not UTF-8 "
+        "is refused (on_error); see 'Migrating from Quix Streams'",
     )
     max_rows_per_file: int = option(
         0, minimum=0, doc="Start a new file after this many rows (0: no limit)"
@@ -167,11 +174,11 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
     def file_format(self) -> Format:
         opts = self.options
         if opts.format == "parquet":
-            return ParquetFormat(compression=opts.compression)
+            return ParquetFormat(compression=opts.compression, quix_compat=opts.quix_compat)
         if opts.format == "csv":
-            return CSVFormat(dialect=opts.dialect)
+            return CSVFormat(dialect=opts.dialect, quix_compat=opts.quix_compat, sink_name="file")
         dumps = load_callable(opts.dumps, option_name="dumps") if opts.dumps else None
-        return JSONFormat(compress=opts.compress, dumps=dumps)
+        return JSONFormat(compress=opts.compress, dumps=dumps, quix_compat=opts.quix_compat)
 
     def _appender(self, sink_id: str) -> AppendPublisher:
         extension = self.file_format().file_extension
@@ -206,14 +213,15 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
         """Stage the batch as one file, or several when max_rows_per_file/max_file_bytes
         cap the size (files roll over at those limits).
 
-        Parquet with JSON values: rows holding a value whose type changed against the
-        directory's are refused (``on_error``) once the other rows are staged, so a failed
-        or retried write refuses nothing twice."""
-        refused: list[tuple[int, RecordError]] = []
-        rows = batch
+        Rows the format cannot hold are refused (``on_error``) once the other rows are
+        staged, so a failed or retried write refuses nothing twice: with Parquet and JSON
+        values, a value whose type changed against the directory's; with ``quix_compat``
+        (json, parquet), a binary key that is not UTF-8 text."""
+        refused = self._refusals(batch)
+        rows = self._without(batch, refused) if refused else batch
         types = self._typed_columns(batch)
         if types is not None:
-            rows, refused = self._without_type_changes(batch, types)
+            rows = self._without_unheld_columns(rows)
         pieces = self._pieces(rows) if rows.num_rows else []
         staged = [self._stage_file(piece, types) for piece in pieces]
         for row, error in refused:
@@ -226,40 +234,57 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             return None
         return ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
 
-    def _without_type_changes(
-        self, batch: SinkBatch, types: ColumnTypes
-    ) -> tuple[SinkBatch, list[tuple[int, RecordError]]]:
-        """The batch less the rows Parquet refuses (a value whose type changed against the
-        directory's, a field named like a column the sink adds), and those rows."""
-        values = batch.values()
-        refused: dict[int, RecordError] = dict(
-            types.refusals(values, self.options.path, exclude=QUIX_COLUMNS)
-        )
-        for name in QUIX_COLUMNS:
-            if name not in values.column_names:
-                continue
-            error = RecordError(
-                f"the JSON value has a field {name!r}, which is a column of the sink's "
-                "Parquet files; rename the field (or use format=json)",
-                column=name,
-            )
-            for row in rows_holding(values.column(name), name, name).to_pylist():
+    def _refusals(self, batch: SinkBatch) -> list[tuple[int, RecordError]]:
+        """The rows the files cannot hold, each with its error, in row order; with
+        on_error=fail the first one raises."""
+        refused: dict[int, RecordError] = {}
+        if self.options.quix_compat and self.options.format != "csv":
+            for row in non_utf8_rows(batch.keys()):
+                refused[row] = RecordError(
+                    "the key holds bytes that are not UTF-8 text; quix_compat writes the key "
+                    "as text, as Quix's FileSink does (it fails the whole batch on such a "
+                    "key): fix the producer, decode or encode the key (e.g. hex) in Spark, "
+                    "or set quix_compat=false (keys kept as bytes in Parquet, decoded with "
+                    "replacement characters in JSON)",
+                    column=batch.records.key,
+                )
+        types = self._typed_columns(batch)
+        if types is not None:
+            values = batch.values()
+            for row, error in types.refusals(values, self.options.path, exclude=QUIX_COLUMNS):
                 refused.setdefault(row, error)
+            for name in QUIX_COLUMNS:
+                if name not in values.column_names:
+                    continue
+                clash = RecordError(
+                    f"the JSON value has a field {name!r}, which is a column of the sink's "
+                    "Parquet files; rename the field (or use format=json)",
+                    column=name,
+                )
+                for row in rows_holding(values.column(name), name, name).to_pylist():
+                    refused.setdefault(row, clash)
         ordered = sorted(refused.items())
-        kept = batch
-        if ordered:
-            if self.options.on_error == "fail":
-                batch.refuse(*ordered[0])  # raises, naming the row
-            keep = pc.invert(
-                pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in ordered]))
-            )
-            # the remaining rows are parsed again: their columns take their own types
-            kept = dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
-        values = kept.values()
+        if ordered and self.options.on_error == "fail":
+            batch.refuse(*ordered[0])  # raises, naming the row
+        return ordered
+
+    @staticmethod
+    def _without(batch: SinkBatch, refused: list[tuple[int, RecordError]]) -> SinkBatch:
+        keep = pc.invert(
+            pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
+        )
+        # the remaining rows are parsed again: their columns take their own types
+        return dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+
+    @staticmethod
+    def _without_unheld_columns(batch: SinkBatch) -> SinkBatch:
+        """A field named like a column the sink adds but null in every row (a slice of a
+        batch) is left out."""
+        values = batch.values()
         unheld = [n for n in QUIX_COLUMNS if n in values.column_names]
-        if unheld:  # a field only null in these rows (a slice of a batch): left out
-            kept = dataclasses.replace(kept, _values=values.drop_columns(unheld))
-        return kept, ordered
+        if unheld:
+            return dataclasses.replace(batch, _values=values.drop_columns(unheld))
+        return batch
 
     def _pieces(self, batch: SinkBatch) -> list[SinkBatch]:
         pieces = [batch]
