@@ -32,6 +32,7 @@ from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.column_types import ColumnTypes, rows_holding
@@ -138,9 +139,17 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
         super().__init__(options, overwrite=overwrite)
         # resolved once, on the driver: executors get the absolute location
         self.target: Destination = destination_for(options.path, options)
+        self._key_type: pa.DataType | None = None  # of the Parquet _key column (prepare)
 
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
+        key = self.records.key if self.records is not None else None
+        self._key_type = schema.field(key).type if key else None
+        binary_key = self._key_type is not None and (
+            pa.types.is_binary(self._key_type) or pa.types.is_large_binary(self._key_type)
+        )
+        if binary_key and self.options.quix_compat:
+            self._key_type = pa.string()  # the type of the Parquet _key column
         if self.options.append and not self.target.supports_append:
             raise OptionError(
                 f"append=true needs a local or mounted directory, not {self.target.url}: an "
@@ -160,6 +169,47 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     def preflight(self) -> None:
         self.staging().check()
+        if self.options.format == "parquet" and not self.overwrite:
+            self._adopt_existing_files()
+
+    def _adopt_existing_files(self) -> None:
+        """Continue a directory another writer (Quix's FileSink) filled with Parquet files:
+        before our first file there, their column types become the directory's, so ours
+        match them; and the ``_key`` column keeps one type (Quix's is text: OptionError
+        unless quix_compat=true)."""
+        types = ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
+        if types.is_empty():
+            files = [
+                key
+                for key in self.target.list()
+                if key.endswith(".parquet")
+                and not any(part.startswith(("_", ".")) for part in key.split("/"))
+            ]
+            schemas = [pq.read_schema(pa.BufferReader(self.target.read_bytes(k))) for k in files]
+            key_types = [s.field("_key").type for s in schemas if "_key" in s.names]
+            if key_types:
+                types.fixed("_key", key_types[0])
+            types.adopt(schemas, exclude=QUIX_COLUMNS)
+        ours = self._key_type
+        if ours is None or pa.types.is_null(ours):
+            return
+        theirs = types.fixed("_key", ours)
+        if theirs != ours:
+            hint = (
+                "set quix_compat=true (the key as text, as Quix writes it)"
+                if pa.types.is_string(theirs) and pa.types.is_binary(ours)
+                else "set quix_compat=false"
+                if pa.types.is_binary(theirs)
+                and pa.types.is_string(ours)
+                and self.options.quix_compat
+                else "write the key with the type of the directory's files, or use another path"
+            )
+            raise OptionError(
+                f"the Parquet files in {self.options.path} have _key as {theirs}, this write "
+                f"would make it {ours}: readers of the directory need one type; {hint}",
+                option="quix_compat",
+                value=str(self.options.quix_compat).lower(),
+            )
 
     # ------------------------------------------------------------------ shared
 

@@ -425,3 +425,27 @@ def test_spark_refuses_a_json_value_with_a_repeated_key_unless_quix_compat(
         spark_json_rows(spark, tmp_path / "verbatim")
     write_with_quixsinks(spark, "file", tmp_path / "compat", [4], quix_compat="true")
     assert spark_json_rows(spark, tmp_path / "compat") == expected_json_rows([4])
+
+
+def test_file_parquet_takes_the_column_types_of_quix_files(spark: Any, tmp_path: Path) -> None:
+    write_with_quix(quix_file_sink(tmp_path, "parquet"), [1, 3])  # temp: 21.5, 0.5: double
+    write_with_quixsinks(spark, "file", tmp_path, [0, 4], format="parquet", quix_compat="true")
+    [ours] = [f for f in data_files(tmp_path, ".parquet") if f.parent == tmp_path]
+    # alone, temp 21 and 7 would make an int64 column: the directory's type is Quix's
+    assert pq.read_schema(ours).field("temp").type == pa.float64()
+    table = ds.dataset(tmp_path, format="parquet").to_table(columns=["id", "temp"])
+    assert sorted(table.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 0, "temp": 21.0},
+        {"id": 1, "temp": 21.5},
+        {"id": 3, "temp": 0.5},
+        {"id": 4, "temp": 7.0},
+    ]
+
+
+def test_file_parquet_refuses_a_binary_key_beside_quix_text_keys(
+    spark: Any, tmp_path: Path
+) -> None:
+    write_with_quix(quix_file_sink(tmp_path, "parquet"), [0])
+    with pytest.raises(Exception, match=r"_key as string.*set quix_compat=true"):
+        write_with_quixsinks(spark, "file", tmp_path, [1], format="parquet")
+    assert [f for f in data_files(tmp_path, ".parquet") if f.parent == tmp_path] == []
