@@ -11,7 +11,9 @@ With JSON values (a Kafka ``value``), Parquet files of one directory keep one ty
 column: the first file to write a column fixes its type, later files are widened to it
 (nulls, int64 into float64); a row holding a value of another type is refused under
 ``on_error`` (see quixsinks.core.column_types), as is a row whose JSON value has a field
-``_key`` or ``_timestamp``; the batch's other rows still make one file.
+``_key`` or ``_timestamp``; the batch's other rows still make one file. Before the
+first file in a directory that holds other Parquet files (Quix's FileSink's, under
+``<topic>/<partition>/``), their column types are taken as the directory's.
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
 or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``, unless it is keyed
