@@ -187,7 +187,7 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
                 if key.endswith(".parquet")
                 and not any(part.startswith(("_", ".")) for part in key.split("/"))
             ]
-            schemas = [pq.read_schema(pa.BufferReader(self.target.read_bytes(k))) for k in files]
+            schemas = [self._parquet_schema(key) for key in files]
             key_types = [s.field("_key").type for s in schemas if "_key" in s.names]
             if key_types:
                 types.fixed("_key", key_types[0])
@@ -212,6 +212,13 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
                 option="quix_compat",
                 value=str(self.options.quix_compat).lower(),
             )
+
+    def _parquet_schema(self, key: str) -> pa.Schema:
+        """The schema of a Parquet file of the directory: its footer on a local disk; the
+        whole file from an object store (read once, at our first write)."""
+        if isinstance(self.target, LocalDestination):
+            return pq.read_schema(self.target.path(key))
+        return pq.read_schema(pa.BufferReader(self.target.read_bytes(key)))
 
     # ------------------------------------------------------------------ shared
 
