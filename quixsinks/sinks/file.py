@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
 
@@ -69,6 +70,8 @@ __all__ = ["FileOptions", "FileSink"]
 STATE_PREFIX = "_quixsinks"
 #: columns of the Parquet files besides the JSON value's fields
 QUIX_COLUMNS = ("_timestamp", "_key")
+#: the names of the files this sink publishes (<prefix>-<batch>-<partition>-<piece>.<ext>)
+OUR_FILE_NAME = re.compile(r"^[^/]*-\d{10}-\d{5}-\d{4}\.[^/]*$")
 FORMATS: dict[str, type[Format]] = {"json": JSONFormat, "parquet": ParquetFormat, "csv": CSVFormat}
 
 
@@ -185,6 +188,7 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
                 key
                 for key in self.target.list()
                 if key.endswith(".parquet")
+                and not OUR_FILE_NAME.search(key)
                 and not any(part.startswith(("_", ".")) for part in key.split("/"))
             ]
             schemas = [self._parquet_schema(key) for key in files]

@@ -16,6 +16,7 @@ import csv
 import importlib
 import json
 import re
+import uuid
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,7 +123,13 @@ def kafka_frame(spark: Any, offsets: list[int]) -> Any:
 def write_with_quixsinks(
     spark: Any, sink: str, path: Path, offsets: list[int], **options: str
 ) -> None:
-    writer = kafka_frame(spark, offsets).write.format(sink).option("path", str(path))
+    write_with_quixsinks_to(spark, str(path), offsets, sink=sink, **options)
+
+
+def write_with_quixsinks_to(
+    spark: Any, path: str, offsets: list[int], *, sink: str = "file", **options: str
+) -> None:
+    writer = kafka_frame(spark, offsets).write.format(sink).option("path", path)
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.mode("append").save()
@@ -449,3 +456,38 @@ def test_file_parquet_refuses_a_binary_key_beside_quix_text_keys(
     with pytest.raises(Exception, match=r"_key as string.*set quix_compat=true"):
         write_with_quixsinks(spark, "file", tmp_path, [1], format="parquet")
     assert [f for f in data_files(tmp_path, ".parquet") if f.parent == tmp_path] == []
+
+
+def test_file_parquet_continues_an_s3_prefix_quix_wrote(
+    spark: Any, s3_server: Any, tmp_path: Path
+) -> None:
+    bucket = f"quix-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    s3 = s3_server.options()
+    # Quix's S3FileSink needs quixstreams[s3] (mypy_boto3_s3), not in the dev extra: it puts
+    # format.serialize(batch) at <directory>/<topic>/<partition>/<offset>.parquet, which is
+    # what LocalFileSink writes under its directory; those bytes are uploaded at that key
+    write_with_quix(quix_file_sink(tmp_path / "readings", "parquet"), [1, 3])  # temp: double
+    client = s3_server.client()
+    for file in data_files(tmp_path / "readings", ".parquet"):
+        key = f"readings/{file.relative_to(tmp_path / 'readings').as_posix()}"
+        client.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
+    write_with_quixsinks_to(
+        spark, f"s3://{bucket}/readings", [0, 4], format="parquet", quix_compat="true", **s3
+    )
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="readings/")["Contents"]
+    keys = sorted(o["Key"] for o in listed if "/_" not in o["Key"])
+    assert f"readings/{TOPIC}/0/0000000000000000001.parquet" in keys
+    tables = [
+        pq.read_table(pa.BufferReader(client.get_object(Bucket=bucket, Key=k)["Body"].read()))
+        for k in keys
+    ]
+    # one schema for Quix's file and ours: _key text, temp double (ours alone: int64)
+    assert len({t.select(["_timestamp", "_key", "id", "temp"]).schema for t in tables}) == 1
+    rows = sorted((r["id"], r["_key"], r["temp"]) for t in tables for r in t.to_pylist())
+    assert rows == [
+        (0, "sensor-1", 21.0),
+        (1, "sensor-1", 21.5),
+        (3, "sensor-2", 0.5),
+        (4, "sensor-3", 7.0),
+    ]
