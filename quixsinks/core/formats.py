@@ -466,11 +466,11 @@ class JSONFormat(Format):
         compress: gzip each written piece (concatenated gzip members stay one valid file).
         dumps: a callable ``dict -> str`` replacing the built-in vectorised encoder
             (per-row Python: slower).
-        quix_compat: each line as Quix's FileSink writes it (:func:`quix_json_dumps` of
-            ``{"_timestamp", "_key", "_value"}``, the value being each message's own
-            object): ``1e-09``, ``"ü"`` where the producer wrote ``1e-9``, ``"\\u00fc"``,
-            the last of repeated keys; per-row Python. Binary keys must be UTF-8 text
-            (the ``file`` sink refuses the rows whose keys are not, as Quix fails on them).
+        quix_compat: each line as Quix's FileSink writes it (compact; the key and each
+            message's own object by :func:`quix_json_dumps`): ``1e-09``, ``"ü"`` where
+            the producer wrote ``1e-9``, ``"\\u00fc"``, the last of repeated keys;
+            per-row Python. Binary keys must be UTF-8 text (the ``file`` sink refuses
+            the rows whose keys are not, as Quix fails on them).
     """
 
     file_extension: str = ".jsonl"
@@ -513,17 +513,31 @@ class JSONFormat(Format):
         return join_lines(lines, b"")
 
     def _quix_lines(self, batch: SinkBatch) -> pa.Array:
+        """Quix's lines: the key and a Kafka JSON value (each message's own object) by
+        :func:`quix_json_dumps`; value columns (no Quix counterpart) as the built-in
+        encoder writes them (decimals exact numbers, timestamps ISO 8601...)."""
         keys = batch.keys()
         if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
             keys = decode_utf8(keys)
-        records = [
-            {"_timestamp": stamp, "_key": key, "_value": message}
-            for stamp, key, message in zip(
-                batch.timestamps_ms().to_pylist(), keys.to_pylist(), batch.messages(), strict=True
+        key_texts = serialize_each(
+            quix_json_dumps, keys.to_pylist(), sink="file", option="quix_compat"
+        )
+        if batch.passthrough:
+            values = serialize_each(
+                quix_json_dumps, batch.messages(), sink="file", option="quix_compat"
             )
+        else:
+            values = value_json_texts(batch)
+        pieces = [
+            '{"_timestamp":',
+            *json_pieces(batch.timestamps_ms()),
+            ',"_key":',
+            key_texts,
+            ',"_value":',
+            values,
+            "}\n",
         ]
-        lines = serialize_each(quix_json_dumps, records, sink="file", option="quix_compat")
-        return concat_rows([lines, "\n"], batch.num_rows)
+        return concat_rows(pieces, batch.num_rows)
 
     def _custom_lines(self, batch: SinkBatch) -> pa.Array:
         assert self.dumps is not None
@@ -608,7 +622,8 @@ class CSVFormat(Format):
         value_serializer: ``message -> str`` replacing the default (the value's JSON text);
             called with each message's own object (:meth:`SinkBatch.messages`).
         quix_compat: Quix CSVSink's bytes: keys by its default ``key_serializer=str``
-            (:func:`quix_key_texts`), values by its default ``json.dumps`` of each message,
+            (:func:`quix_key_texts`), a Kafka JSON value by its default ``json.dumps`` of
+            each message (value columns, which Quix has no counterpart of, as by default),
             rows by Python's csv writer (quotes only where needed). Per-row Python.
     """
 
@@ -653,7 +668,7 @@ class CSVFormat(Format):
             keys = csv_keys(batch.keys())
         if self.value_serializer is not None:
             values = self._custom_values(batch, self.value_serializer, "value_serializer")
-        elif self.quix_compat:
+        elif self.quix_compat and batch.passthrough:
             values = self._custom_values(batch, quix_csv_dumps, "quix_compat")
         else:
             values = decode_utf8(value_json_texts(batch))

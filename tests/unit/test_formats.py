@@ -731,3 +731,19 @@ def test_value_serializer_gets_each_messages_own_object() -> None:
     CSVFormat(value_serializer=serializer).serialize(batch)
     assert seen == [{"a": 1}, {"a": 2.5, "b": 1}, None]
     assert isinstance(seen[0]["a"], int)
+
+
+def test_quix_compat_json_writes_value_columns_with_the_built_in_encoding() -> None:
+    table = pa.table({"key": ["k"], "d": pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2))})
+    [line] = json_lines(JSONFormat(quix_compat=True).serialize(make_batch(table)))
+    assert line == {"_timestamp": None, "_key": "k", "_value": {"d": 1.5}}
+    data = JSONFormat(quix_compat=True).serialize(make_batch(table))
+    assert data == b'{"_timestamp":null,"_key":"k","_value":{"d":1.50}}\n'
+
+
+def test_quix_compat_csv_writes_value_columns_with_the_built_in_encoding() -> None:
+    table = pa.table(
+        {"key": [b"k"], "d": pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2))}
+    )
+    [row] = csv_rows(CSVFormat(quix_compat=True).serialize(make_batch(table)))
+    assert row[:2] == ["b'k'", '{"d":1.50}']
