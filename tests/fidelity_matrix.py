@@ -285,8 +285,26 @@ CASES: tuple[Case, ...] = (
         "binary",
         ("X'6B31'", "X'FF'"),
         {
-            **_json_text(CONVERSION, "UTF-8 text (invalid bytes replaced by U+FFFD)"),
-            "file parquet": (LOSSLESS, "_key binary"),
+            "file json": (
+                CONVERSION,
+                "UTF-8 text (invalid bytes replaced by U+FFFD); quix_compat=true: such a "
+                "key is a RecordError, as in Quix",
+            ),
+            "file csv": (
+                CONVERSION,
+                "UTF-8 text (invalid bytes replaced by U+FFFD); quix_compat=true: "
+                "Python's str(), b'k1', as Quix",
+            ),
+            "csvfile": (
+                CONVERSION,
+                "UTF-8 text (invalid bytes replaced by U+FFFD); quix_compat=true: "
+                "Python's str(), b'k1', as Quix",
+            ),
+            "file parquet": (
+                LOSSLESS,
+                "_key binary; quix_compat=true: _key string (UTF-8 text, as Quix; other "
+                "bytes a RecordError)",
+            ),
             "postgresql": (LOSSLESS, "__key bytea"),
             "influxdb3": (
                 ERROR,

@@ -27,13 +27,17 @@ by an earlier release is still found).
 type changed against the directory's, so a sink refuses just those rows (``on_error``)
 and writes the others in one file.
 
+:meth:`ColumnTypes.adopt` records the types of Parquet files another writer left in the
+directory (Quix Streams' ``FileSink``) before quixsinks writes its first file there, so
+that ours take the same types.
+
 Delete ``_quixsinks/columns/`` to let a directory start over (e.g. after overwrite).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -209,6 +213,29 @@ class ColumnTypes:
                 )
             )
         return fixed, errors
+
+    def is_empty(self) -> bool:
+        """Whether no column has a type recorded yet (no file of ours was written)."""
+        return not self.destination.list(self.prefix)
+
+    def adopt(self, schemas: Iterable[pa.Schema], *, exclude: Collection[str] = ()) -> None:
+        """Record the column types of files already in the directory (another writer's),
+        columns in ``exclude`` left out. Where those files disagree, int64 and float64 make
+        float64 (as our widening does) and otherwise the first file's type is taken (the
+        directory's readers see that conflict already)."""
+        found: dict[str, pa.DataType] = {}
+        for schema in schemas:
+            for field in schema:
+                if field.name in exclude:
+                    continue
+                for path, t in _leaves(field.name, field.type):
+                    if pa.types.is_null(t):
+                        continue
+                    known = found.setdefault(path, t)
+                    if pa.types.is_int64(known) and pa.types.is_float64(t):
+                        found[path] = t
+        for path, t in found.items():
+            self.fixed(path, t)
 
     def refusals(
         self, table: pa.Table, where: str, *, exclude: Collection[str] = ()

@@ -11,11 +11,15 @@ Parquet    columns ``_timestamp`` (int64 ms), ``_key`` + one column per value co
 CSV        columns ``key, value, timestamp, topic, partition, offset`` (value as JSON)
 =========  ============================================================================
 
-Keys are written as themselves: text keys as strings, binary keys decoded as UTF-8
-(Quix wrote the Python repr of non-bytes keys; we do not); in CSV, a struct, map or list
-key is its JSON text. Values are written the same way at every depth of nesting (see
-:func:`json_column`): decimals as JSON numbers with their exact digits, non-finite
-floats as ``null``, timestamps ISO 8601 (``Z`` for instants), binary base64.
+Keys are written as themselves: text keys as strings; binary keys decoded as UTF-8 in
+JSON and CSV, kept binary in Parquet (Quix wrote the Python repr of non-bytes keys; we do
+not); in CSV, a struct, map or list key is its JSON text. Values are written the same way
+at every depth of nesting (see :func:`json_column`): decimals as JSON numbers with their
+exact digits, non-finite floats as ``null``, timestamps ISO 8601 (``Z`` for instants),
+binary base64; a JSON value (a Kafka ``value``) is written as the producer wrote it.
+
+``quix_compat`` (every format) writes Quix Streams' record shapes instead, see
+:func:`quix_json_dumps`, :func:`quix_key_texts` and the formats' docstrings.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from .arrow import as_binary, concat_rows, join_lines
+from .arrow import as_binary, concat_rows, join_lines, serialize_each
 from .batch import SinkBatch
 from .errors import InvalidFormatError, RecordError, format_allowed
 from .records import strict_json_texts
@@ -50,6 +54,10 @@ __all__ = [
     "json_column",
     "json_objects",
     "json_pieces",
+    "non_utf8_rows",
+    "quix_csv_dumps",
+    "quix_json_dumps",
+    "quix_key_texts",
     "resolve_format",
     "value_json_texts",
 ]
@@ -360,6 +368,52 @@ def decode_utf8_strict(column: pa.Array, what: str) -> pa.Array:
         raise
 
 
+def non_utf8_rows(keys: pa.Array) -> list[int]:
+    """The rows of a binary ``keys`` column whose bytes are not UTF-8 text (none for any
+    other type): the keys Quix's ``bytes.decode()`` fails on."""
+    if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
+        return []
+    try:
+        pc.cast(keys, pa.string())
+        return []
+    except pa.ArrowInvalid:
+        pass
+    rows = []
+    for row, value in enumerate(keys.to_pylist()):
+        if value is None:
+            continue
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            rows.append(row)
+    return rows
+
+
+def quix_key_texts(keys: pa.Array) -> pa.Array:
+    """Keys the way Quix's CSVSink writes them with its default ``key_serializer=str``:
+    Python's ``str()`` of each key as Spark gives it (``b'sensor-1'`` for a binary key,
+    ``None`` for a null key)."""
+    return pa.array([str(key) for key in keys.to_pylist()], pa.string())
+
+
+_QUIX_JSON = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=lambda v: _json_default(v)
+)
+
+
+def quix_csv_dumps(value: Any) -> str:
+    """A value as Quix's CSVSink writes it: ``json.dumps`` with its defaults (``", "``,
+    ``": "``, ``ensure_ascii``); values JSON has no type for as in :func:`_json_default`."""
+    return json.dumps(value, default=_json_default)
+
+
+def quix_json_dumps(value: Any) -> str:
+    """JSON text as Quix's FileSink writes a line (its ``jsonlines`` writer, ``compact``):
+    ``json.dumps`` with ``ensure_ascii=False`` and no spaces; values JSON has no type for
+    (column values only: dates, decimals, binary) as in :func:`_json_default`."""
+    return _QUIX_JSON.encode(value)
+
+
 def json_object_pieces(table: pa.Table, prefix: str = "") -> list[Piece]:
     """Pieces of one JSON object per row of ``table``, its columns as members."""
     if table.num_columns == 0:
@@ -415,12 +469,18 @@ class JSONFormat(Format):
         compress: gzip each written piece (concatenated gzip members stay one valid file).
         dumps: a callable ``dict -> str`` replacing the built-in vectorised encoder
             (per-row Python: slower).
+        quix_compat: each line as Quix's FileSink writes it (compact; the key and each
+            message's own object by :func:`quix_json_dumps`): ``1e-09``, ``"ü"`` where
+            the producer wrote ``1e-9``, ``"\\u00fc"``, the last of repeated keys;
+            per-row Python. Binary keys must be UTF-8 text (the ``file`` sink refuses
+            the rows whose keys are not, as Quix fails on them).
     """
 
     file_extension: str = ".jsonl"
     compress: bool = False
     dumps: Callable[[Any], str] | None = field(default=None, compare=False)
     appendable: bool = True
+    quix_compat: bool = False
 
     def __post_init__(self) -> None:
         if self.compress and not self.file_extension.endswith(".gz"):
@@ -436,6 +496,8 @@ class JSONFormat(Format):
     def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         if self.dumps is not None:
             lines = self._custom_lines(batch)
+        elif self.quix_compat:
+            lines = self._quix_lines(batch)
         else:
             pieces = [
                 '{"_timestamp":',
@@ -452,6 +514,33 @@ class JSONFormat(Format):
             ]
             lines = concat_rows(pieces, batch.num_rows)
         return join_lines(lines, b"")
+
+    def _quix_lines(self, batch: SinkBatch) -> pa.Array:
+        """Quix's lines: the key and a Kafka JSON value (each message's own object) by
+        :func:`quix_json_dumps`; value columns (no Quix counterpart) as the built-in
+        encoder writes them (decimals exact numbers, timestamps ISO 8601...)."""
+        keys = batch.keys()
+        if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
+            keys = decode_utf8(keys)
+        key_texts = serialize_each(
+            quix_json_dumps, keys.to_pylist(), sink="file", option="quix_compat"
+        )
+        if batch.passthrough:
+            values = serialize_each(
+                quix_json_dumps, batch.messages(), sink="file", option="quix_compat"
+            )
+        else:
+            values = value_json_texts(batch)
+        pieces = [
+            '{"_timestamp":',
+            *json_pieces(batch.timestamps_ms()),
+            ',"_key":',
+            key_texts,
+            ',"_value":',
+            values,
+            "}\n",
+        ]
+        return concat_rows(pieces, batch.num_rows)
 
     def _custom_lines(self, batch: SinkBatch) -> pa.Array:
         assert self.dumps is not None
@@ -478,12 +567,15 @@ class ParquetFormat(Format):
         compression: snappy (default), none, gzip, brotli, lz4 or zstd.
         conform: a callable ``table -> table`` applied before writing (the ``file`` sink
             keeps one type per column across a directory's files with it).
+        quix_compat: ``_key`` as a string column, binary keys decoded as UTF-8, as Quix's
+            FileSink writes it (by default a binary key stays binary: its bytes exactly).
     """
 
     file_extension: str = ".parquet"
     compression: str = "snappy"
     appendable: bool = False
     conform: Callable[[pa.Table], pa.Table] | None = field(default=None, compare=False)
+    quix_compat: bool = False
 
     def __post_init__(self) -> None:
         if self.compression not in PARQUET_COMPRESSIONS:
@@ -497,7 +589,12 @@ class ParquetFormat(Format):
 
     def table(self, batch: SinkBatch) -> pa.Table:
         values = batch.values()
-        columns = {"_timestamp": batch.timestamps_ms(), "_key": batch.keys()}
+        keys = batch.keys()
+        if self.quix_compat and (
+            pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)
+        ):
+            keys = decode_utf8(keys)
+        columns = {"_timestamp": batch.timestamps_ms(), "_key": keys}
         for name in values.column_names:
             if name in columns:
                 raise RecordError(f"value column {name!r} clashes with a Quix column", column=name)
@@ -525,7 +622,12 @@ class CSVFormat(Format):
         dialect: ``excel`` (``,`` and CRLF, the default), ``excel-tab`` or ``unix``
             (LF, every value quoted).
         key_serializer: ``key -> str`` replacing the default (UTF-8 text of the key).
-        value_serializer: ``dict -> str`` replacing the default (vectorised JSON).
+        value_serializer: ``message -> str`` replacing the default (the value's JSON text);
+            called with each message's own object (:meth:`SinkBatch.messages`).
+        quix_compat: Quix CSVSink's bytes: keys by its default ``key_serializer=str``
+            (:func:`quix_key_texts`), a Kafka JSON value by its default ``json.dumps`` of
+            each message (value columns, which Quix has no counterpart of, as by default),
+            rows by Python's csv writer (quotes only where needed). Per-row Python.
     """
 
     dialect: str = "excel"
@@ -533,6 +635,9 @@ class CSVFormat(Format):
     value_serializer: Callable[[Any], str] | None = field(default=None, compare=False)
     file_extension: str = ".csv"
     appendable: bool = True
+    quix_compat: bool = False
+    #: the sink named in a serializer's error
+    sink_name: str = field(default="csvfile", compare=False)
 
     COLUMNS = ("key", "value", "timestamp", "topic", "partition", "offset")
 
@@ -558,11 +663,16 @@ class CSVFormat(Format):
     def table(self, batch: SinkBatch) -> pa.Table:
         records = batch.records
         n = batch.num_rows
-        keys = (
-            self._custom_keys(batch) if self.key_serializer is not None else csv_keys(batch.keys())
-        )
+        if self.key_serializer is not None:
+            keys = self._custom_keys(batch)
+        elif self.quix_compat:
+            keys = quix_key_texts(batch.keys())
+        else:
+            keys = csv_keys(batch.keys())
         if self.value_serializer is not None:
-            values = self._custom_values(batch)
+            values = self._custom_values(batch, self.value_serializer, "value_serializer")
+        elif self.quix_compat and batch.passthrough:
+            values = self._custom_values(batch, quix_csv_dumps, "quix_compat")
         else:
             values = decode_utf8(value_json_texts(batch))
 
@@ -590,21 +700,17 @@ class CSVFormat(Format):
                 raise RecordError(f"row {index}: key serializer failed: {exc}", row=index) from exc
         return pa.array(keys, pa.string())
 
-    def _custom_values(self, batch: SinkBatch) -> pa.Array:
-        assert self.value_serializer is not None
-        values: list[str] = []
-        for index, item in enumerate(batch):
-            try:
-                values.append(self.value_serializer(item.value))
-            except Exception as exc:
-                raise RecordError(
-                    f"row {index}: value serializer failed: {exc}", row=index
-                ) from exc
-        return pa.array(values, pa.string())
+    def _custom_values(
+        self, batch: SinkBatch, serializer: Callable[[Any], str], option: str
+    ) -> pa.Array:
+        texts = serialize_each(serializer, batch.messages(), sink=self.sink_name, option=option)
+        return decode_utf8(texts)
 
     def encode(self, batch: SinkBatch) -> bytes | pa.Buffer:
         if batch.num_rows == 0:
             return b""
+        if self.quix_compat:  # Python's csv writer, as Quix: quotes only where needed
+            return python_csv_bytes(self.table(batch), self._python_dialect())
         return csv_bytes(self.table(batch), self._python_dialect())
 
 
@@ -638,6 +744,11 @@ def csv_bytes(table: pa.Table, dialect: type[csv.Dialect]) -> bytes | pa.Buffer:
     )
     if not newline_inside:
         return data.to_pybytes().replace(b"\n", dialect.lineterminator.encode())
+    return python_csv_bytes(table, dialect)
+
+
+def python_csv_bytes(table: pa.Table, dialect: type[csv.Dialect]) -> bytes:
+    """``table`` as CSV rows (no header) by Python's csv writer, a null an empty field."""
     buffer = io.StringIO()
     csv.writer(buffer, dialect=dialect).writerows(
         ["" if v is None else v for v in row.values()] for row in table.to_pylist()

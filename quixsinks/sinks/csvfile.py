@@ -1,7 +1,9 @@
 """``csvfile``: every record appended to one CSV file, exactly once (Quix CSVSink).
 
 The file has Quix CSVSink's columns ``key, value, timestamp, topic, partition, offset``
-(value as JSON by default) and its header once, when the file is new. Tasks stage
+(value as JSON by default) and its header once, when the file is new (or empty): a file
+Quix's CSVSink started is continued, its bytes kept. ``quix_compat`` writes Quix's
+bytes (its ``str`` keys, ``json.dumps`` values, Python's csv quoting). Tasks stage
 their rows in ``.<file name>.quixsinks/`` beside the file; the driver appends them in
 ``commit`` and records each micro-batch with the file's length in a ledger there. A
 batch already in the ledger is skipped; a half-finished append is truncated back
@@ -60,7 +62,15 @@ class CSVFileOptions(LedgerOptions):
         "str", doc="str (UTF-8 text of the key), json, or an import path 'module:function'"
     )
     value_serializer: str = option(
-        "json", doc="json (the value columns as a JSON object) or an import path 'module:function'"
+        "json",
+        doc="json (the value's JSON text: a Kafka JSON value as the producer wrote it) or "
+        "an import path 'module:function', called with each message's own object",
+    )
+    quix_compat: bool = option(
+        False,
+        doc="Quix CSVSink's bytes: with the built-in serializers, keys as Python's str() "
+        "(b'...', None) and values as json.dumps of each message; rows quoted as Python's "
+        "csv module does; see 'Migrating from Quix Streams'",
     )
 
     def validate(self) -> None:
@@ -132,7 +142,26 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
             raise DestinationAccessDeniedError(
                 f"{path}: this user may not write the file", location=path
             )
+        self._check_header()
         self._paths()[0].check()
+
+    def _check_header(self) -> None:
+        """An existing file (one Quix's CSVSink or an earlier write started) must begin with
+        this dialect's header: appending rows of another layout would make it unreadable."""
+        header = self.file_format().header()
+        try:
+            with open(self.file_path, "rb") as f:
+                start = f.read(len(header))
+        except FileNotFoundError:
+            return
+        # a shorter start is a header cut short by a crash, which the ledger undoes
+        if start != header[: len(start)]:
+            raise DestinationError(
+                f"{self.file_path} does not start with the header {header!r} of dialect "
+                f"{self.options.dialect!r} (it starts {start!r}): rows appended to it would "
+                "not match its columns; use the dialect it was written with, or another path",
+                location=self.file_path,
+            )
 
     # ------------------------------------------------------------------ shared
 
@@ -151,6 +180,7 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
             dialect=self.options.dialect,
             key_serializer=self.options.key_function(),
             value_serializer=self.options.value_function(),
+            quix_compat=self.options.quix_compat,
         )
 
     def _appender(self) -> AppendPublisher:

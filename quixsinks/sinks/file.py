@@ -11,7 +11,9 @@ With JSON values (a Kafka ``value``), Parquet files of one directory keep one ty
 column: the first file to write a column fixes its type, later files are widened to it
 (nulls, int64 into float64); a row holding a value of another type is refused under
 ``on_error`` (see quixsinks.core.column_types), as is a row whose JSON value has a field
-``_key`` or ``_timestamp``; the batch's other rows still make one file.
+``_key`` or ``_timestamp``; the batch's other rows still make one file. Before the
+first file in a directory that holds other Parquet files (Quix's FileSink's, under
+``<topic>/<partition>/``), their column types are taken as the directory's.
 
 The sink id is the streaming query's id (the same after a restart from the checkpoint)
 or the ``sink_id`` option; a batch write uses a fresh ``write-<uuid>``, unless it is keyed
@@ -27,11 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from quixsinks.core.batch import SinkBatch, name_prefix
 from quixsinks.core.column_types import ColumnTypes, rows_holding
@@ -55,6 +59,7 @@ from quixsinks.core.formats import (
     JSONFormat,
     ParquetCompression,
     ParquetFormat,
+    non_utf8_rows,
 )
 from quixsinks.core.options import load_callable, option
 from quixsinks.core.publish import AppendPublisher, FilePublisher, StagedFile, StagingArea
@@ -65,6 +70,8 @@ __all__ = ["FileOptions", "FileSink"]
 STATE_PREFIX = "_quixsinks"
 #: columns of the Parquet files besides the JSON value's fields
 QUIX_COLUMNS = ("_timestamp", "_key")
+#: the names of the files this sink publishes (<prefix>-<batch>-<partition>-<piece>.<ext>)
+OUR_FILE_NAME = re.compile(r"^[^/]*-\d{10}-\d{5}-\d{4}\.[^/]*$")
 FORMATS: dict[str, type[Format]] = {"json": JSONFormat, "parquet": ParquetFormat, "csv": CSVFormat}
 
 
@@ -90,6 +97,12 @@ class FileOptions(LedgerOptions, StorageOptions):
         False,
         doc="Append every micro-batch to one file per sink id (json and csv; local or "
         "mounted directories only)",
+    )
+    quix_compat: bool = option(
+        False,
+        doc="Quix FileSink's record shapes where ours differ by design: Parquet _key as "
+        "text, JSON lines as Quix's writer encodes them; a binary key that is not UTF-8 "
+        "is refused (on_error); see 'Migrating from Quix Streams'",
     )
     max_rows_per_file: int = option(
         0, minimum=0, doc="Start a new file after this many rows (0: no limit)"
@@ -131,9 +144,17 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
         super().__init__(options, overwrite=overwrite)
         # resolved once, on the driver: executors get the absolute location
         self.target: Destination = destination_for(options.path, options)
+        self._key_type: pa.DataType | None = None  # of the Parquet _key column (prepare)
 
     def prepare(self, schema: pa.Schema) -> None:
         super().prepare(schema)
+        key = self.records.key if self.records is not None else None
+        self._key_type = schema.field(key).type if key else None
+        binary_key = self._key_type is not None and (
+            pa.types.is_binary(self._key_type) or pa.types.is_large_binary(self._key_type)
+        )
+        if binary_key and self.options.quix_compat:
+            self._key_type = pa.string()  # the type of the Parquet _key column
         if self.options.append and not self.target.supports_append:
             raise OptionError(
                 f"append=true needs a local or mounted directory, not {self.target.url}: an "
@@ -153,6 +174,55 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     def preflight(self) -> None:
         self.staging().check()
+        if self.options.format == "parquet" and not self.overwrite:
+            self._adopt_existing_files()
+
+    def _adopt_existing_files(self) -> None:
+        """Continue a directory another writer (Quix's FileSink) filled with Parquet files:
+        before our first file there, their column types become the directory's, so ours
+        match them; and the ``_key`` column keeps one type (Quix's is text: OptionError
+        unless quix_compat=true)."""
+        types = ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
+        if types.is_empty():
+            files = [
+                key
+                for key in self.target.list()
+                if key.endswith(".parquet")
+                and not OUR_FILE_NAME.search(key)
+                and not any(part.startswith(("_", ".")) for part in key.split("/"))
+            ]
+            schemas = [self._parquet_schema(key) for key in files]
+            key_types = [s.field("_key").type for s in schemas if "_key" in s.names]
+            if key_types:
+                types.fixed("_key", key_types[0])
+            types.adopt(schemas, exclude=QUIX_COLUMNS)
+        ours = self._key_type
+        if ours is None or pa.types.is_null(ours):
+            return
+        theirs = types.fixed("_key", ours)
+        if theirs != ours:
+            hint = (
+                "set quix_compat=true (the key as text, as Quix writes it)"
+                if pa.types.is_string(theirs) and pa.types.is_binary(ours)
+                else "set quix_compat=false"
+                if pa.types.is_binary(theirs)
+                and pa.types.is_string(ours)
+                and self.options.quix_compat
+                else "write the key with the type of the directory's files, or use another path"
+            )
+            raise OptionError(
+                f"the Parquet files in {self.options.path} have _key as {theirs}, this write "
+                f"would make it {ours}: readers of the directory need one type; {hint}",
+                option="quix_compat",
+                value=str(self.options.quix_compat).lower(),
+            )
+
+    def _parquet_schema(self, key: str) -> pa.Schema:
+        """The schema of a Parquet file of the directory: its footer on a local disk; the
+        whole file from an object store (read once, at our first write)."""
+        if isinstance(self.target, LocalDestination):
+            return pq.read_schema(self.target.path(key))
+        return pq.read_schema(pa.BufferReader(self.target.read_bytes(key)))
 
     # ------------------------------------------------------------------ shared
 
@@ -167,11 +237,11 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
     def file_format(self) -> Format:
         opts = self.options
         if opts.format == "parquet":
-            return ParquetFormat(compression=opts.compression)
+            return ParquetFormat(compression=opts.compression, quix_compat=opts.quix_compat)
         if opts.format == "csv":
-            return CSVFormat(dialect=opts.dialect)
+            return CSVFormat(dialect=opts.dialect, quix_compat=opts.quix_compat, sink_name="file")
         dumps = load_callable(opts.dumps, option_name="dumps") if opts.dumps else None
-        return JSONFormat(compress=opts.compress, dumps=dumps)
+        return JSONFormat(compress=opts.compress, dumps=dumps, quix_compat=opts.quix_compat)
 
     def _appender(self, sink_id: str) -> AppendPublisher:
         extension = self.file_format().file_extension
@@ -206,14 +276,15 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
         """Stage the batch as one file, or several when max_rows_per_file/max_file_bytes
         cap the size (files roll over at those limits).
 
-        Parquet with JSON values: rows holding a value whose type changed against the
-        directory's are refused (``on_error``) once the other rows are staged, so a failed
-        or retried write refuses nothing twice."""
-        refused: list[tuple[int, RecordError]] = []
-        rows = batch
+        Rows the format cannot hold are refused (``on_error``) once the other rows are
+        staged, so a failed or retried write refuses nothing twice: with Parquet and JSON
+        values, a value whose type changed against the directory's; with ``quix_compat``
+        (json, parquet), a binary key that is not UTF-8 text."""
+        refused = self._refusals(batch)
+        rows = self._without(batch, refused) if refused else batch
         types = self._typed_columns(batch)
         if types is not None:
-            rows, refused = self._without_type_changes(batch, types)
+            rows = self._without_unheld_columns(rows)
         pieces = self._pieces(rows) if rows.num_rows else []
         staged = [self._stage_file(piece, types) for piece in pieces]
         for row, error in refused:
@@ -226,40 +297,57 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             return None
         return ColumnTypes(self.target, f"{STATE_PREFIX}/columns")
 
-    def _without_type_changes(
-        self, batch: SinkBatch, types: ColumnTypes
-    ) -> tuple[SinkBatch, list[tuple[int, RecordError]]]:
-        """The batch less the rows Parquet refuses (a value whose type changed against the
-        directory's, a field named like a column the sink adds), and those rows."""
-        values = batch.values()
-        refused: dict[int, RecordError] = dict(
-            types.refusals(values, self.options.path, exclude=QUIX_COLUMNS)
-        )
-        for name in QUIX_COLUMNS:
-            if name not in values.column_names:
-                continue
-            error = RecordError(
-                f"the JSON value has a field {name!r}, which is a column of the sink's "
-                "Parquet files; rename the field (or use format=json)",
-                column=name,
-            )
-            for row in rows_holding(values.column(name), name, name).to_pylist():
+    def _refusals(self, batch: SinkBatch) -> list[tuple[int, RecordError]]:
+        """The rows the files cannot hold, each with its error, in row order; with
+        on_error=fail the first one raises."""
+        refused: dict[int, RecordError] = {}
+        if self.options.quix_compat and self.options.format != "csv":
+            for row in non_utf8_rows(batch.keys()):
+                refused[row] = RecordError(
+                    "the key holds bytes that are not UTF-8 text; quix_compat writes the key "
+                    "as text, as Quix's FileSink does (it fails the whole batch on such a "
+                    "key): fix the producer, decode or encode the key (e.g. hex) in Spark, "
+                    "or set quix_compat=false (keys kept as bytes in Parquet, decoded with "
+                    "replacement characters in JSON)",
+                    column=batch.records.key,
+                )
+        types = self._typed_columns(batch)
+        if types is not None:
+            values = batch.values()
+            for row, error in types.refusals(values, self.options.path, exclude=QUIX_COLUMNS):
                 refused.setdefault(row, error)
+            for name in QUIX_COLUMNS:
+                if name not in values.column_names:
+                    continue
+                clash = RecordError(
+                    f"the JSON value has a field {name!r}, which is a column of the sink's "
+                    "Parquet files; rename the field (or use format=json)",
+                    column=name,
+                )
+                for row in rows_holding(values.column(name), name, name).to_pylist():
+                    refused.setdefault(row, clash)
         ordered = sorted(refused.items())
-        kept = batch
-        if ordered:
-            if self.options.on_error == "fail":
-                batch.refuse(*ordered[0])  # raises, naming the row
-            keep = pc.invert(
-                pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in ordered]))
-            )
-            # the remaining rows are parsed again: their columns take their own types
-            kept = dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
-        values = kept.values()
+        if ordered and self.options.on_error == "fail":
+            batch.refuse(*ordered[0])  # raises, naming the row
+        return ordered
+
+    @staticmethod
+    def _without(batch: SinkBatch, refused: list[tuple[int, RecordError]]) -> SinkBatch:
+        keep = pc.invert(
+            pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
+        )
+        # the remaining rows are parsed again: their columns take their own types
+        return dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+
+    @staticmethod
+    def _without_unheld_columns(batch: SinkBatch) -> SinkBatch:
+        """A field named like a column the sink adds but null in every row (a slice of a
+        batch) is left out."""
+        values = batch.values()
         unheld = [n for n in QUIX_COLUMNS if n in values.column_names]
-        if unheld:  # a field only null in these rows (a slice of a batch): left out
-            kept = dataclasses.replace(kept, _values=values.drop_columns(unheld))
-        return kept, ordered
+        if unheld:
+            return dataclasses.replace(batch, _values=values.drop_columns(unheld))
+        return batch
 
     def _pieces(self, batch: SinkBatch) -> list[SinkBatch]:
         pieces = [batch]

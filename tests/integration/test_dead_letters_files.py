@@ -176,7 +176,7 @@ def test_csvfile_refuses_a_row_its_serializer_fails_on(spark: Any, tmp_path: Pat
         4: ("RecordError", 1),
     }
     [letter] = letters_at(tmp_path / "dead", 2)
-    assert "value serializer failed" in letter["error"]["message"]
+    assert "'value_serializer' failed" in letter["error"]["message"]
     assert letter["sink"] == "csvfile"
     assert_nothing_staged(tmp_path / "dead")
 
@@ -198,7 +198,7 @@ def test_csvfile_skip_is_counted_in_commit_records(spark: Any, tmp_path: Path) -
 
 def test_csvfile_fail_names_the_row(spark: Any, tmp_path: Path) -> None:
     options = {"path": str(tmp_path / "out.csv"), "value_serializer": PICKY}
-    with pytest.raises(Exception, match=r"offset 1 was refused.*value serializer failed"):
+    with pytest.raises(Exception, match=r"offset 1 was refused.*'value_serializer' failed"):
         run_poison_stream(
             spark, tmp_path, "csvfile", options, [[("k0", '{"id": 0}'), ("k1", "{}")]]
         )

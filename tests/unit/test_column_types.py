@@ -55,3 +55,21 @@ def test_null_columns_take_the_fixed_type_or_are_left_out(types: ColumnTypes) ->
     assert first.column_names == ["b"]
     later = types.conform(pa.table({"b": pa.nulls(2)}), "out")
     assert later.schema.field("b").type == pa.int64()
+
+
+def test_adopted_types_become_the_directorys(tmp_path: Path) -> None:
+    types = ColumnTypes(LocalDestination(str(tmp_path)), "_quixsinks/columns")
+    assert types.is_empty()
+    quix_files = [
+        pa.schema([("_key", pa.string()), ("temp", pa.int64()), ("site", pa.string())]),
+        pa.schema([("temp", pa.float64()), ("obj", pa.struct([("x", pa.int64())]))]),
+        pa.schema([("site", pa.int64()), ("gone", pa.null())]),
+    ]
+    types.adopt(quix_files, exclude=("_key",))
+    fresh = ColumnTypes(LocalDestination(str(tmp_path)), "_quixsinks/columns")
+    assert not fresh.is_empty()
+    assert fresh.fixed("temp", pa.int64()) == pa.float64()  # int64 and float64: float64
+    assert fresh.fixed("site", pa.int64()) == pa.string()  # a conflict: the first file's
+    assert fresh.fixed("obj.x", pa.float64()) == pa.int64()
+    assert fresh.fixed("gone", pa.string()) == pa.string()  # null: no type taken
+    assert fresh.fixed("_key", pa.binary()) == pa.binary()  # excluded

@@ -665,3 +665,85 @@ def test_tiny_decimals_are_json_digits_not_exponents() -> None:
         '{"d":null}',
         '{"d":5.000000000000000000}',
     ]
+
+
+# ============================================================================= quix_compat
+
+AWKWARD = [
+    b'{"b": "\\u00fc", "a": 2.5, "c": 1e-9}',
+    b'{"a": -34, "a": 5, "d": "\xc3\xbc"}',
+    None,
+]
+
+
+def test_quix_compat_json_lines_are_quix_writers_bytes() -> None:
+    batch = make_batch(kafka_table(AWKWARD, [b"k1", None, b"k2"]))
+    data = JSONFormat(quix_compat=True).serialize(batch)
+    # Quix's jsonlines writer, compact: json.dumps(ensure_ascii=False), no spaces; the last
+    # of repeated keys; a null key null (Quix writes its record object's repr)
+    assert data == (
+        b'{"_timestamp":%d,"_key":"k1","_value":{"b":"\xc3\xbc","a":2.5,"c":1e-09}}\n'
+        b'{"_timestamp":%d,"_key":null,"_value":{"a":5,"d":"\xc3\xbc"}}\n'
+        b'{"_timestamp":%d,"_key":"k2","_value":null}\n' % (MOMENT_MS, MOMENT_MS, MOMENT_MS)
+    )
+
+
+def test_quix_compat_parquet_key_is_a_string_column() -> None:
+    batch = make_batch(kafka_table([b'{"a": 1}', b'{"a": 2}'], [b"sensor-1", None]))
+    table = read_parquet(ParquetFormat(quix_compat=True).serialize(batch))
+    assert table.schema.field("_key").type == pa.string()
+    assert table.column("_key").to_pylist() == ["sensor-1", None]
+
+
+def test_parquet_key_stays_binary_by_default() -> None:
+    batch = make_batch(kafka_table([b'{"a": 1}'], [b"sensor-1"]))
+    table = read_parquet(ParquetFormat().serialize(batch))
+    assert table.schema.field("_key").type == pa.binary()
+    assert table.column("_key").to_pylist() == [b"sensor-1"]
+
+
+def test_quix_compat_csv_is_quix_csvsinks_bytes() -> None:
+    batch = make_batch(kafka_table(AWKWARD, [b"k1", None, b"\xff\xfe"]))
+    data = CSVFormat(quix_compat=True).serialize(batch)
+    # key_serializer=str, value_serializer=json.dumps, Python's csv (excel) quoting
+    assert data == (
+        b'b\'k1\',"{""b"": ""\\u00fc"", ""a"": 2.5, ""c"": 1e-09}",'
+        b"%d,orders,2,100\r\n"
+        b'None,"{""a"": 5, ""d"": ""\\u00fc""}",%d,orders,2,101\r\n'
+        b"b'\\xff\\xfe',null,%d,orders,2,102\r\n" % (MOMENT_MS, MOMENT_MS, MOMENT_MS)
+    )
+
+
+def test_quix_compat_csv_keeps_a_custom_serializer() -> None:
+    fmt = CSVFormat(quix_compat=True, key_serializer=lambda key: key.decode().upper())
+    [row] = csv_rows(fmt.serialize(make_batch(kafka_table([b'{"a":1}'], [b"k"]))))
+    assert row[:2] == ["K", '{"a": 1}']
+
+
+def test_value_serializer_gets_each_messages_own_object() -> None:
+    seen: list[Any] = []
+
+    def serializer(value: Any) -> str:
+        seen.append(value)
+        return json.dumps(value)
+
+    batch = make_batch(kafka_table([b'{"a": 1}', b'{"a": 2.5, "b": 1}', None]))
+    CSVFormat(value_serializer=serializer).serialize(batch)
+    assert seen == [{"a": 1}, {"a": 2.5, "b": 1}, None]
+    assert isinstance(seen[0]["a"], int)
+
+
+def test_quix_compat_json_writes_value_columns_with_the_built_in_encoding() -> None:
+    table = pa.table({"key": ["k"], "d": pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2))})
+    [line] = json_lines(JSONFormat(quix_compat=True).serialize(make_batch(table)))
+    assert line == {"_timestamp": None, "_key": "k", "_value": {"d": 1.5}}
+    data = JSONFormat(quix_compat=True).serialize(make_batch(table))
+    assert data == b'{"_timestamp":null,"_key":"k","_value":{"d":1.50}}\n'
+
+
+def test_quix_compat_csv_writes_value_columns_with_the_built_in_encoding() -> None:
+    table = pa.table(
+        {"key": [b"k"], "d": pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2))}
+    )
+    [row] = csv_rows(CSVFormat(quix_compat=True).serialize(make_batch(table)))
+    assert row[:2] == ["b'k'", '{"d":1.50}']
