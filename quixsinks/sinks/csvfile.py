@@ -197,6 +197,10 @@ class CSVFileSink(Sink[CSVFileOptions, StagedFile]):
     def check_fence(self, task: Task) -> None:
         self._appender().fenced_ledger().check(task.context.sink_id, task.context.query_id)
 
+    def types_json_values(self) -> bool:
+        """The value column holds each value's JSON text (or a serializer's)."""
+        return False
+
     def write(self, batch: SinkBatch) -> StagedFile:
         staging, file_name = self._paths()
         piece = batch.counters.get("pieces", 0)

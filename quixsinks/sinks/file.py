@@ -272,6 +272,10 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
             ledger = self.staging().ledger(self.options.takeover_query_id)
         ledger.check(ctx.sink_id, ctx.query_id)
 
+    def types_json_values(self) -> bool:
+        """Parquet files hold typed columns; JSON Lines and CSV hold each value's text."""
+        return self.options.format == "parquet"
+
     def write(self, batch: SinkBatch) -> list[StagedFile]:
         """Stage the batch as one file, or several when max_rows_per_file/max_file_bytes
         cap the size (files roll over at those limits).
