@@ -375,7 +375,9 @@ def convert(array: pa.Array, target: BQField, *, path: str | None = None) -> pa.
 
 
 def _is_binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+    return bool(
+        pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+    )
 
 
 def _utf8(array: pa.Array, name: str) -> pa.Array:
