@@ -237,3 +237,11 @@ def test_json_columns_write_maps_as_objects_and_bytes_as_base64() -> None:
     value = pa.array([{"m": [("k", 1)], "b": b"\x00"}, None], t)
     out = convert(value, BQField("j", "JSON")).to_pylist()
     assert out == ['{"m":{"k":1},"b":"AA=="}', None]
+
+
+def test_bytes_fit_a_quix_string_key_column_as_utf8_text() -> None:
+    assert conflict(BQField("__key", "BYTES"), BQField("__key", "STRING")) is None
+    keys = pa.array([b"sensor-1", None, "ü".encode()], pa.binary())
+    assert convert(keys, BQField("__key", "STRING")).to_pylist() == ["sensor-1", None, "ü"]
+    with pytest.raises(RecordError, match=r"column '__key', row 2: bytes that are not UTF-8"):
+        convert(pa.array([b"a", None, b"\xff\xfe"], pa.binary()), BQField("__key", "STRING"))

@@ -340,3 +340,31 @@ def test_the_installed_pyiceberg_has_every_private_hook_the_compat_module_uses(
     tx = catalog.create_table("ns.t", schema=pa.schema([("a", pa.int64())])).transaction()
     missing += [f"Transaction.{name}" for name in TRANSACTION_ATTRIBUTES if not hasattr(tx, name)]
     assert missing == []
+
+
+def test_a_zoned_timestamp_fits_a_quix_zoneless_timestamp_column_as_utc_wall_time() -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType, TimestampType, TimestamptzType
+
+    from quixsinks.sinks.iceberg.wire import conform_schema
+
+    quix = Schema(
+        NestedField(1, "_timestamp", TimestampType(), required=False),
+        NestedField(2, "_key", StringType(), required=False),
+    )
+    rows = pa.table(
+        {
+            "_key": ["k"],
+            "_timestamp": pa.array(
+                [dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC)], pa.timestamp("us", "UTC")
+            ),
+        }
+    )
+    fitted = conform_schema(rows.schema, quix)
+    assert fitted.field("_timestamp").type == pa.timestamp("us")
+    assert rows.cast(fitted).column("_timestamp").to_pylist() == [dt.datetime(2024, 5, 1, 12)]
+    ours = Schema(NestedField(1, "_timestamp", TimestamptzType(), required=False))
+    assert conform_schema(rows.schema, ours).field("_timestamp").type == pa.timestamp("us", "UTC")

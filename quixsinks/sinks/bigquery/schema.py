@@ -21,7 +21,8 @@ map<K, V>                              RECORD REPEATED with fields ``key`` and `
 =====================================  ===================================================
 
 A column of an existing table keeps its type when the value fits it (ints into FLOAT64 or
-NUMERIC, NUMERIC into BIGNUMERIC, anything into JSON as JSON text, ...); a value that
+NUMERIC, NUMERIC into BIGNUMERIC, anything into JSON as JSON text, bytes into STRING as
+their UTF-8 text, ...); a value that
 does not fit (a date before 0001-01-01, a decimal with digits past NUMERIC's scale of 9,
 a null in a REQUIRED column) is a :class:`RecordError` naming the column and the row.
 """
@@ -241,8 +242,8 @@ _WIDER = {
 
 def conflict(wanted: BQField, existing: BQField) -> str | None:
     """Why rows planned as ``wanted`` cannot go into the ``existing`` column, or None."""
-    if existing.type == "JSON" and wanted.mode != "REPEATED":
-        return None
+    if existing.type == "JSON" and existing.mode != "REPEATED":
+        return None  # any value, arrays too, as its JSON text (Quix's lists and dicts)
     if existing.mode == "REPEATED" and wanted.mode != "REPEATED":
         return f"the table's column is REPEATED, the rows' is {wanted.mode}"
     if wanted.mode == "REPEATED" and existing.mode != "REPEATED":
@@ -263,6 +264,8 @@ def conflict(wanted: BQField, existing: BQField) -> str | None:
         return None
     if existing.type == "STRING" and wanted.type in ("INT64", "FLOAT64", "NUMERIC", "BOOL"):
         return None
+    if existing.type == "STRING" and wanted.type == "BYTES":
+        return None  # decoded as UTF-8 (Quix's text __key); bytes that are not: a RecordError
     return f"the rows hold {wanted.type}, the table's column is {existing.type}"
 
 
@@ -350,6 +353,8 @@ def convert(array: pa.Array, target: BQField, *, path: str | None = None) -> pa.
             return pa.nulls(len(array), pa.string())
         if pa.types.is_nested(array.type):
             return _json_text(array)  # e.g. a struct key in the STRING column __key
+        if _is_binary(array.type):
+            return _utf8(array, name)
         return pc.cast(array, pa.string())
     if target.type in ("TIMESTAMP", "DATETIME") and pa.types.is_timestamp(array.type):
         if array.type.unit == "ns":
@@ -367,6 +372,37 @@ def convert(array: pa.Array, target: BQField, *, path: str | None = None) -> pa.
         raise _bad(
             name, row, f"the value does not fit the column's type {target.type} ({exc})"
         ) from None
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+    )
+
+
+def _utf8(array: pa.Array, name: str) -> pa.Array:
+    """Bytes for a STRING column (a Kafka key into the text ``__key`` of a table Quix's sink
+    made with a string key): their UTF-8 text; RecordError naming the first row that is not."""
+    if pa.types.is_fixed_size_binary(array.type):
+        array = pc.cast(array, pa.binary())
+    try:
+        return pc.cast(array, pa.string(), safe=True)
+    except pa.ArrowInvalid:
+        row = next(i for i, v in enumerate(array.to_pylist()) if v is not None and not _decodes(v))
+        raise _bad(
+            name,
+            row,
+            "bytes that are not UTF-8 text, and the table's column is STRING; select the "
+            "column as text yourself (e.g. hex(key) or base64(key)), or write to a BYTES column",
+        ) from None
+
+
+def _decodes(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _first_unfit(array: pa.Array, wanted: pa.DataType) -> int:

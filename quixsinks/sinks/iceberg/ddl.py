@@ -117,7 +117,9 @@ class TableDDL:
             except Exception as exc:
                 raise self._catalog_error(exc, "loading the table") from None
             last[:] = [table]
-            if not self.reconcile(table, schema, lacking_required=json_values):
+            # Quix's layout fits the table as the JSON's columns do (a zone-less _timestamp)
+            fitted = conform_schema(schema, table.schema()) if json_values else schema
+            if not self.reconcile(table, fitted, lacking_required=json_values):
                 raise TableRaced(f"iceberg: the schema of {opts.table_name} changed meanwhile")
             return table
 

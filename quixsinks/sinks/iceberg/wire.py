@@ -24,7 +24,10 @@ reconciles a batch's parsed types with the table's schema before the sink evolve
   first batch that has a value for it). The same holds inside objects and arrays;
 * an integer key of a column the table holds as double is written as double (core's
   parser widens int and float in one key to double within a batch; this does the same
-  across batches).
+  across batches);
+* a timestamp with a zone (``_timestamp``, the record time) going into a column the table
+  holds as ``timestamp`` without zone (a table Quix's IcebergSink created) is written as
+  its UTC wall time: the same instant, read as UTC.
 
 Anything else the table cannot take (a string in a bigint column) fails the schema
 evolution with the column named.
@@ -284,7 +287,7 @@ def _arrow(iceberg_type: Any) -> pa.DataType:
 def conform_type(t: pa.DataType, existing: Any) -> pa.DataType | None:
     """``t`` made to fit the table's type ``existing`` (None: the table lacks it), or None
     when it has no type to add (null everywhere); see the module docstring."""
-    from pyiceberg.types import DoubleType, ListType
+    from pyiceberg.types import DoubleType, ListType, TimestampType
 
     if pa.types.is_null(t):
         return None if existing is None else _arrow(existing)
@@ -305,6 +308,8 @@ def conform_type(t: pa.DataType, existing: Any) -> pa.DataType | None:
         return pa.list_(t.value_field.with_type(item))
     if pa.types.is_int64(t) and isinstance(existing, DoubleType):
         return pa.float64()
+    if pa.types.is_timestamp(t) and t.tz is not None and isinstance(existing, TimestampType):
+        return pa.timestamp("us")  # a zone-less column (Quix's _timestamp): the UTC wall time
     return t
 
 
