@@ -281,6 +281,10 @@ class Frames:
     def write(self) -> Writer:
         return self._batch.write  # type: ignore[no-any-return]  # a Writer (patched)
 
+    @property
+    def writeStream(self) -> Writer:
+        return self._stream.writeStream  # type: ignore[no-any-return]  # a Writer (patched)
+
 
 def kafka_frame(spark: Any) -> Any:
     """``kafka`` of the examples (docs/migrating-from-quix.md): ROWS as Kafka records, with
@@ -304,10 +308,6 @@ def kafka_frame(spark: Any) -> Any:
         "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
         "timestamp TIMESTAMP, timestampType INT",
     )
-
-    @property
-    def writeStream(self) -> Writer:
-        return self._stream.writeStream  # type: ignore[no-any-return]  # a Writer (patched)
 
 
 def redirect_io(spark: Any, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
