@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from .arrow import as_binary, concat_rows, join_lines, serialize_each
 from .batch import SinkBatch
 from .errors import InvalidFormatError, RecordError, format_allowed
-from .records import strict_json_texts
+from .records import finite, strict_json_texts
 
 __all__ = [
     "CSVFormat",
@@ -116,23 +116,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float (NaN, infinity) replaced by None."""
-    if isinstance(value, float):
-        return value if value - value == 0 else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _dumps_row(value: Any) -> str:
     """One value as JSON text, the way the vectorised encoder would write it."""
     try:
         return json.dumps(value, default=_json_default, ensure_ascii=False, allow_nan=False)
     except ValueError:  # a NaN or an infinity somewhere inside
-        return json.dumps(_finite(value), default=_json_default, ensure_ascii=False)
+        return json.dumps(finite(value), default=_json_default, ensure_ascii=False)
 
 
 _CONTROL = r"[\x00-\x07\x0b\x0e-\x1f]"
@@ -256,8 +245,8 @@ def _json_text(column: pa.Array) -> pa.Array:
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return pc.cast(column, pa.string())
     if pa.types.is_floating(t):
-        finite = pc.is_finite(column)
-        return pc.if_else(finite, pc.cast(column, pa.string()), pa.scalar(None, pa.string()))
+        numbers = pc.is_finite(column)
+        return pc.if_else(numbers, pc.cast(column, pa.string()), pa.scalar(None, pa.string()))
     if pa.types.is_timestamp(t):
         if t.tz:
             column = pc.cast(column, pa.timestamp(t.unit, "UTC"))

@@ -29,7 +29,15 @@ import pyarrow.json as pa_json
 from .arrow import as_binary, join_lines
 from .errors import OptionError, RecordError
 
-__all__ = ["AUTO", "KAFKA_COLUMNS", "NONE", "RecordSchema", "ValueFormat", "strict_json_texts"]
+__all__ = [
+    "AUTO",
+    "KAFKA_COLUMNS",
+    "NONE",
+    "RecordSchema",
+    "ValueFormat",
+    "finite",
+    "strict_json_texts",
+]
 
 AUTO = "auto"
 NONE = "none"
@@ -495,17 +503,18 @@ def strict_json_texts(texts: pa.Array) -> pa.Array:
         used.clear()
         value = json.loads(raw, parse_constant=constant)
         if used:
-            value = _without_constants(value)
+            value = finite(value)
             raw = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
         fixed.append(raw)
     return pc.replace_with_mask(texts, marked, pa.array(fixed, texts.type))
 
 
-def _without_constants(value: Any) -> Any:
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, infinity) replaced by None."""
     if isinstance(value, float):
         return value if value - value == 0 else None
     if isinstance(value, dict):
-        return {k: _without_constants(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_constants(v) for v in value]
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
     return value
