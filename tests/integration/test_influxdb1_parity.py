@@ -9,8 +9,6 @@ Quix Streams 3.28.1 is a pinned test dependency (the ``dev`` extra:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import uuid
 import warnings
@@ -18,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
+from tests.quix_streams import import_quix
 
 MEASUREMENT = "readings"
 TAGS = ("sensor", "site")
@@ -41,13 +41,7 @@ RECORDS: list[dict[str, Any]] = [
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        module = importlib.import_module("quixstreams.sinks.community.influxdb1")
-    return module.InfluxDB1Sink
+    return import_quix("quixstreams.sinks.community.influxdb1").InfluxDB1Sink
 
 
 def write_with_quix(server: Any, database: str, **options: Any) -> None:

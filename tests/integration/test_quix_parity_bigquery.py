@@ -30,14 +30,13 @@ Quix Streams 3.28.1 is a pinned test dependency (the ``dev`` extra).
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import warnings
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import pytest
+
+from tests.quix_streams import import_quix
 
 BASE_MS = 1714521600000  # 2024-05-01T00:00:00Z
 TOPIC = "events"
@@ -58,12 +57,7 @@ TOMBSTONE: tuple[bytes | None, bytes | None] = (b"sensor-1", None)
 
 
 def quix_bigquery() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        return importlib.import_module("quixstreams.sinks.community.bigquery")
+    return import_quix("quixstreams.sinks.community.bigquery")
 
 
 def quix_sink(bq: dict[str, Any], table: str) -> Any:

@@ -11,13 +11,10 @@ Quix Streams 3.28.1 is a pinned test dependency (the ``dev`` extra).
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import importlib
 import json
 import re
 import uuid
-import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
+from tests.quix_streams import import_quix
 
 BASE_MS = 1714521600000
 TOPIC = "events"
@@ -57,15 +56,6 @@ def offsets_without(*skipped: int) -> list[int]:
 # ----------------------------------------------------------------------------- writers
 
 
-def quix_module(name: str) -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        return importlib.import_module(name)
-
-
 def write_with_quix(sink: Any, offsets: list[int]) -> None:
     """The messages at ``offsets`` through a Quix sink, as its app would give them: the
     value deserialised by orjson (None for a tombstone), the key as bytes."""
@@ -92,12 +82,12 @@ def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def quix_file_sink(directory: Path, fmt: str) -> Any:
-    module = quix_module("quixstreams.sinks.community.file.local")
+    module = import_quix("quixstreams.sinks.community.file.local")
     return module.LocalFileSink(directory=str(directory.relative_to(Path.cwd())), format=fmt)
 
 
 def quix_csv_sink(path: Path) -> Any:
-    return quix_module("quixstreams.sinks.core.csv").CSVSink(path=str(path))
+    return import_quix("quixstreams.sinks.core.csv").CSVSink(path=str(path))
 
 
 def kafka_frame(spark: Any, offsets: list[int]) -> Any:

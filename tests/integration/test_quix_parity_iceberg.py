@@ -26,8 +26,6 @@ Quix Streams 3.28.1 is a pinned test dependency (the ``dev`` extra).
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import time
 import uuid
@@ -38,6 +36,8 @@ from typing import Any
 
 import orjson
 import pytest
+
+from tests.quix_streams import import_quix
 
 pytest.importorskip("pyiceberg")
 
@@ -60,12 +60,7 @@ TOMBSTONE: tuple[bytes | None, bytes | None] = (b"sensor-1", None)
 
 
 def quix_iceberg() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        return importlib.import_module("quixstreams.sinks.community.iceberg")
+    return import_quix("quixstreams.sinks.community.iceberg")
 
 
 @pytest.fixture

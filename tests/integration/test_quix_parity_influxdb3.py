@@ -25,6 +25,7 @@ import pytest
 from influxdb_client_3 import InfluxDBClient3
 
 from tests.integration.test_influxdb1_parity import BASE_MS, MEASUREMENT, RECORDS, TAGS
+from tests.quix_streams import import_quix
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -33,10 +34,7 @@ KAFKA_SCHEMA = (
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from quixstreams.sinks.core.influxdb3 import InfluxDB3Sink
-    return InfluxDB3Sink
+    return import_quix("quixstreams.sinks.core.influxdb3").InfluxDB3Sink
 
 
 def write_with_quix(server: Any, database: str, **options: Any) -> None:

@@ -23,18 +23,16 @@ Quix Streams"):
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import re
-import sys
 import uuid
-import warnings
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
+from tests.quix_streams import import_quix
 
 BASE_MS = 1714521600000
 
@@ -58,14 +56,9 @@ DEDUPE_FIELD = re.compile(rb'^\{"_dedupe_id":"[0-9a-f]{32}",?')
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        sys.modules.pop("quixstreams.sinks.community.kinesis", None)  # its env defaults
-        module = importlib.import_module("quixstreams.sinks.community.kinesis")
-    return module.KinesisSink
+    return import_quix(
+        "quixstreams.sinks.community.kinesis", fresh=True
+    ).KinesisSink  # its env defaults
 
 
 @pytest.fixture

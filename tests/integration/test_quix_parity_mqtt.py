@@ -16,17 +16,15 @@ allowed for here:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import threading
 import uuid
-import warnings
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
 
+from tests.quix_streams import import_quix
 from tests.services.mosquitto import MosquittoServer, Recorder
 
 #: (key, value) as a producer wrote them: mixed JSON types in one key (ints and floats),
@@ -46,13 +44,7 @@ MESSAGES: list[tuple[bytes, bytes | None]] = [
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        module = importlib.import_module("quixstreams.sinks.community.mqtt")
-    return module.MQTTSink
+    return import_quix("quixstreams.sinks.community.mqtt").MQTTSink
 
 
 def write_with_quix(server: MosquittoServer, root: str, messages: list[Any]) -> None:

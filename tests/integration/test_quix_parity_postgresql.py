@@ -17,8 +17,6 @@ Quix Streams 3.28.1 is a pinned test dependency (the ``dev`` extra).
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import time
 import uuid
 import warnings
@@ -34,6 +32,7 @@ import pytest
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.deadletters import Refusals
 from quixsinks.core.sink import Receipt, Task
+from tests.quix_streams import import_quix
 
 from .test_postgresql import column_types, query, staging_tables
 from .test_postgresql_existing_tables import commit, make_sink
@@ -71,13 +70,7 @@ def utc_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        module = importlib.import_module("quixstreams.sinks.community.postgresql")
-    return module.PostgreSQLSink
+    return import_quix("quixstreams.sinks.community.postgresql").PostgreSQLSink
 
 
 def write_with_quix(

@@ -20,15 +20,14 @@ Quix Streams"):
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import uuid
-import warnings
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
+from tests.quix_streams import import_quix
 
 BASE_MS = 1714521600000
 
@@ -56,13 +55,7 @@ MESSAGES: list[tuple[bytes, bytes | None, list[Header]]] = [
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        module = importlib.import_module("quixstreams.sinks.community.pubsub")
-    return module.PubSubSink
+    return import_quix("quixstreams.sinks.community.pubsub").PubSubSink
 
 
 @pytest.fixture

@@ -15,16 +15,15 @@ those, are allowed for here:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import uuid
-import warnings
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
+
+from tests.quix_streams import import_quix
 
 #: (key, value) as a producer wrote them: mixed JSON types in one key (ints and floats),
 #: keys missing from some messages, key order differing, 1e-9, raw UTF-8 and a \u00fc
@@ -49,13 +48,7 @@ NULL_KEY: tuple[None, bytes] = (None, b'{"temp":1}')
 
 
 def quix_sink_class() -> Any:
-    with warnings.catch_warnings():  # its dependencies' deprecation warnings on import
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        module = importlib.import_module("quixstreams.sinks.community.redis")
-    return module.RedisSink
+    return import_quix("quixstreams.sinks.community.redis").RedisSink
 
 
 def tagged_key(key: bytes, value: Any) -> bytes:

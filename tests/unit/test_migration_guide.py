@@ -4,12 +4,10 @@ an option, or says what becomes of it; the parameter lists are Quix Streams 3.28
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import importlib.util
 import inspect
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ sys.path.insert(0, str(ROOT / "docs"))
 from quix_parameters import SINKS, QuixSink  # noqa: E402
 
 from quixsinks.spark.sources import data_source  # noqa: E402
+from tests.quix_streams import import_quix  # noqa: E402
 
 GUIDE = ROOT / "docs" / "migrating-from-quix.md"
 
@@ -49,15 +48,10 @@ def _signature(sink: QuixSink) -> list[str]:
     """The pinned Quix Streams' parameters of ``sink``: imported, or read from the source
     where importing needs an extra the dev environment does not install (S3FileSink needs
     mypy_boto3_s3, QuixTSDataLakeSink quixportal)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with contextlib.suppress(ImportError):  # it adds an "always" filter when imported
-            importlib.import_module("authlib.deprecate")
-        warnings.simplefilter("ignore")
-        try:
-            cls = getattr(importlib.import_module(sink.module), sink.name)
-        except ImportError:
-            cls = None
+    try:
+        cls = getattr(import_quix(sink.module), sink.name)
+    except ImportError:
+        cls = None
     if cls is not None:
         return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     spec = importlib.util.find_spec(sink.module)
