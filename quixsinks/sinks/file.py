@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from quixsinks.core.batch import SinkBatch, name_prefix
@@ -337,11 +336,8 @@ class FileSink(Sink[FileOptions, list[StagedFile]]):
 
     @staticmethod
     def _without(batch: SinkBatch, refused: list[tuple[int, RecordError]]) -> SinkBatch:
-        keep = pc.invert(
-            pc.is_in(pa.array(range(batch.num_rows)), pa.array([r for r, _ in refused]))
-        )
         # the remaining rows are parsed again: their columns take their own types
-        return dataclasses.replace(batch, table=batch.table.filter(keep), _values=None)
+        return dataclasses.replace(batch.without(row for row, _ in refused), _values=None)
 
     @staticmethod
     def _without_unheld_columns(batch: SinkBatch) -> SinkBatch:
