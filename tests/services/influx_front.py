@@ -265,6 +265,15 @@ class InfluxFront:
         self.auto_create_databases = auto_create_databases
         self.backend_timeout = backend_timeout
         self.faults = Faults()
+        # InfluxDB 1.x before 1.8.10 (Debian ships 1.6) can create two overlapping shard
+        # groups when two writes to one database need a new group at the same time, and then
+        # silently drops one write's points (influxdata/influxdb#21946, #22604): a 204 for
+        # points no query ever finds. The front therefore forwards one write at a time per
+        # database; different databases still go in parallel.
+        self._database_locks: collections.defaultdict[str, threading.Lock] = (
+            collections.defaultdict(threading.Lock)
+        )
+        self._database_locks_lock = threading.Lock()
         self._recorded: collections.deque[FrontRequest] = collections.deque(maxlen=max_recorded)
         self._recorded_lock = threading.Lock()
         self._httpd: _Server | None = None
@@ -391,18 +400,24 @@ class InfluxFront:
             raise _Error(500, f"InfluxDB 1.x answered {status}: {message}")
         raise _Error(status, message or _phrase(status))
 
+    def database_lock(self, database: str) -> threading.Lock:
+        """The lock a write to `database` holds while influxd stores it (see __init__)."""
+        with self._database_locks_lock:
+            return self._database_locks[database]
+
     def _post_backend(self, database: str, precision: str, payload: bytes) -> tuple[int, str]:
         query = urllib.parse.urlencode({"db": database, "precision": precision})
         conn = http.client.HTTPConnection(*self._backend, timeout=self.backend_timeout)
         try:
-            conn.request(
-                "POST",
-                f"/write?{query}",
-                body=payload,
-                headers={"Content-Type": "text/plain; charset=utf-8"},
-            )
-            response = conn.getresponse()
-            data = response.read()
+            with self.database_lock(database):
+                conn.request(
+                    "POST",
+                    f"/write?{query}",
+                    body=payload,
+                    headers={"Content-Type": "text/plain; charset=utf-8"},
+                )
+                response = conn.getresponse()
+                data = response.read()
         except OSError as exc:
             raise _Error(500, f"InfluxDB 1.x unreachable at {self.backend_url}: {exc}") from exc
         finally:
@@ -586,10 +601,12 @@ class _Handler(BaseHTTPRequestHandler):
         }
         headers["Content-Type"] = self.headers.get("Content-Type", "text/plain")
         conn = http.client.HTTPConnection(*self.front._backend, timeout=self.front.backend_timeout)
+        database = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("db", [""])
         try:
-            conn.request("POST", self.path, body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
+            with self.front.database_lock(database[-1]):
+                conn.request("POST", self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
         except OSError as exc:
             return _error_reply(info, _Error(500, f"InfluxDB 1.x unreachable: {exc}"))
         finally:
