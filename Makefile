@@ -109,6 +109,7 @@ bench: install services
 	$(PY) benchmarks/bench_dead_letters.py
 	$(PY) benchmarks/bench_json_values.py
 	$(PY) benchmarks/harness/plot.py
+	$(PY) benchmarks/harness/summary.py
 
 ## The fault matrix: every sink under every fault (tests/chaos); writes
 ## tests/chaos/results.json and docs/reliability.md. `make test` runs its quick cells.
