@@ -108,6 +108,8 @@ bench: install services
 	$(PY) benchmarks/bench_dedupe_memory.py
 	$(PY) benchmarks/bench_dead_letters.py
 	$(PY) benchmarks/bench_json_values.py
+	$(PY) benchmarks/bench_floor.py
+	$(PY) benchmarks/bench_memory.py
 	$(PY) benchmarks/harness/plot.py
 	$(PY) benchmarks/harness/summary.py
 

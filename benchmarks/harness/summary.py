@@ -49,7 +49,8 @@ class Sink:
     """One row of the summary: a sink's case and the cases it is measured against.
 
     ``ceiling``: the destination's own fastest ingest of prebuilt data, on the same page;
-    ``spark``: the best Spark peer (its JVM writer for the destination), if there is one.
+    ``spark``: the best Spark peer (its JVM writer for the destination), if there is one;
+    ``memory``: its case on the memory page (``bench_memory.py``).
     """
 
     label: str
@@ -58,6 +59,7 @@ class Sink:
     ceiling: str | None = None
     quix: str | None = None
     spark: str | None = None
+    memory: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,15 @@ class Target:
 
 
 SINKS: tuple[Sink, ...] = (
-    Sink("`file`, Parquet", "foundation", "file-parquet", spark="spark-parquet"),
-    Sink("`file`, JSON Lines", "foundation", "file-json", spark="spark-json"),
-    Sink("`csvfile`", "foundation", "csvfile", spark="spark-csv"),
+    Sink(
+        "`file`, Parquet",
+        "foundation",
+        "file-parquet",
+        spark="spark-parquet",
+        memory="file-parquet",
+    ),
+    Sink("`file`, JSON Lines", "foundation", "file-json", spark="spark-json", memory="file-json"),
+    Sink("`csvfile`", "foundation", "csvfile", spark="spark-csv", memory="csvfile"),
     Sink("`file` on S3 (moto)", "object_storage", "file-s3", ceiling="pyarrow-s3"),
     Sink("`file` on Azure (Azurite)", "object_storage", "file-azure", ceiling="pyarrow-azure"),
     Sink(
@@ -88,6 +96,7 @@ SINKS: tuple[Sink, ...] = (
         ceiling="psql-copy",
         quix="quix-postgresql",
         spark="spark-jdbc-rewrite",
+        memory="postgresql",
     ),
     Sink(
         "`postgresql` (prepared)",
@@ -98,11 +107,23 @@ SINKS: tuple[Sink, ...] = (
         spark="spark-jdbc-rewrite",
     ),
     Sink("`influxdb3`, line protocol only", "influxdb3", "lp-generation"),
-    Sink("`influxdb3`", "influxdb3", "influxdb3-e2e", quix="quix-influxdb3"),
+    Sink("`influxdb3`", "influxdb3", "influxdb3-e2e", quix="quix-influxdb3", memory="influxdb3"),
     Sink(
-        "`influxdb1`", "influxdb1", "influxdb1-e2e", ceiling="influx-import", quix="quix-influxdb1"
+        "`influxdb1`",
+        "influxdb1",
+        "influxdb1-e2e",
+        ceiling="influx-import",
+        quix="quix-influxdb1",
+        memory="influxdb1",
     ),
-    Sink("`redis` (string)", "redis", "redis-string", ceiling="server-limit", quix="quix-redis"),
+    Sink(
+        "`redis` (string)",
+        "redis",
+        "redis-string",
+        ceiling="server-limit",
+        quix="quix-redis",
+        memory="redis",
+    ),
     Sink("`redis` (hash)", "redis", "redis-hash", ceiling="server-limit"),
     Sink(
         "`iceberg`",
@@ -111,6 +132,7 @@ SINKS: tuple[Sink, ...] = (
         ceiling="pyiceberg-append",
         quix="quix-like",
         spark="spark-parquet",
+        memory="iceberg",
     ),
     Sink(
         "`tsdatalake`",
@@ -118,6 +140,7 @@ SINKS: tuple[Sink, ...] = (
         "tsdatalake",
         quix="quix-like",
         spark="spark-partitioned",
+        memory="tsdatalake",
     ),
     Sink(
         "`bigquery` (exactly-once)",
@@ -125,10 +148,20 @@ SINKS: tuple[Sink, ...] = (
         "bigquery",
         ceiling="load-job",
         quix="quix-insertall",
+        memory="bigquery",
     ),
-    Sink("`pubsub`", "pubsub", "pubsub", ceiling="server-limit", quix="quix-pubsub"),
-    Sink("`kinesis`", "kinesis", "kinesis", ceiling="server-limit", quix="quix-kinesis"),
-    Sink("`mqtt`", "mqtt", "mqtt", ceiling="server-limit", quix="quix-mqtt"),
+    Sink(
+        "`pubsub`", "pubsub", "pubsub", ceiling="server-limit", quix="quix-pubsub", memory="pubsub"
+    ),
+    Sink(
+        "`kinesis`",
+        "kinesis",
+        "kinesis",
+        ceiling="server-limit",
+        quix="quix-kinesis",
+        memory="kinesis",
+    ),
+    Sink("`mqtt`", "mqtt", "mqtt", ceiling="server-limit", quix="quix-mqtt", memory="mqtt"),
 )
 
 #: Issue #31's goals, as ratios of two cases of one page.
@@ -260,15 +293,7 @@ TARGETS: tuple[Target, ...] = (
 
 
 #: Goals of the issue no page measures yet: listed as such, never left out.
-UNMEASURED: tuple[dict[str, Any], ...] = (
-    {
-        "target": "Python worker peak RSS flat (<= 1.3x) from 2M to 8M rows per partition, "
-        "every sink",
-        "measured": "",
-        "passed": None,
-        "why": "No page measures it yet.",
-    },
-)
+UNMEASURED: tuple[dict[str, Any], ...] = ()
 
 
 def load_pages(results: Path) -> dict[str, dict[str, Any]]:
@@ -283,7 +308,7 @@ def load_pages(results: Path) -> dict[str, dict[str, Any]]:
 def _case(pages: Mapping[str, Mapping[str, Any]], page: str, case: str) -> Mapping[str, Any]:
     if page not in pages:
         raise SummaryError(f"no results of page {page!r} (benchmarks/results/{page}.json)")
-    cases = pages[page].get("cases", {})
+    cases: Mapping[str, Mapping[str, Any]] = pages[page].get("cases", {})
     if case not in cases:
         raise SummaryError(f"page {page!r} has no case {case!r} (it has: {', '.join(cases)})")
     return cases[case]
@@ -358,6 +383,13 @@ def summarize(
             row[key] = {"case": against, "ratio": round(best, 3)}
             if median is not None:
                 row[key]["median_round_ratio"] = round(median, 3)
+        if sink.memory is not None and "memory" in pages:
+            measured = _case(pages, "memory", sink.memory)
+            row["memory"] = {
+                "rows": [measured["small"]["rows"], measured["large"]["rows"]],
+                "peak_rss_mb": [measured["small"]["peak_rss_mb"], measured["large"]["peak_rss_mb"]],
+                "ratio": measured["ratio"],
+            }
         rows.append(row)
     judged = [judge(pages, target) for target in targets]
     for name, page in pages.items():
@@ -376,6 +408,13 @@ def _x(entry: Mapping[str, Any] | None) -> str:
     return f"{entry['ratio']:.2f}{noise} `{entry['case']}`"
 
 
+def _memory(entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        return ""
+    (small, large), (small_mb, large_mb) = entry["rows"], entry["peak_rss_mb"]
+    return f"{small_mb:.0f} -> {large_mb:.0f} ({entry['ratio']:.2f}x, {small:,} -> {large:,} rows)"
+
+
 def markdown(summary: Mapping[str, Any]) -> str:
     """The summary's tables, for docs/benchmarks.md."""
     lines = [
@@ -383,12 +422,15 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "against the floor (Spark handing rows to a Python task that writes nothing), the "
         "destination's own ceiling (its fastest ingest of prebuilt data), Quix Streams' sink "
         "and the best Spark peer, each with the case it is taken against. In brackets: the "
-        "median of the per-round ratios (a noise check). Ratios only compare cases of one "
+        "median of the per-round ratios (a noise check). *Peak RSS*: the Python workers' "
+        "peak resident memory writing one partition of the small and the large row count "
+        "(`bench_memory.py`). Ratios only compare cases of one "
         "page, measured in one session with interleaved runs; each page ran on its date, "
         "so compare ratios, not rows/s across pages.",
         "",
-        "| sink | page (date, rows) | rows/s | vs floor | vs ceiling | vs Quix | vs Spark |",
-        "| --- | --- | ---: | --- | --- | --- | --- |",
+        "| sink | page (date, rows) | rows/s | vs floor | vs ceiling | vs Quix | vs Spark "
+        "| peak RSS MiB |",
+        "| --- | --- | ---: | --- | --- | --- | --- | --- |",
     ]
     for row in summary["sinks"]:
         date = (row["date"] or "")[:10]
@@ -396,7 +438,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         lines.append(
             f"| {row['sink']} | `{row['page']}` ({date}{rows}) "
             f"| {row['rows_per_s']:,} | {_x(row.get('floor'))} | {_x(row.get('ceiling'))} "
-            f"| {_x(row.get('quix'))} | {_x(row.get('spark'))} |"
+            f"| {_x(row.get('quix'))} | {_x(row.get('spark'))} | {_memory(row.get('memory'))} |"
         )
     lines += [
         "",
