@@ -108,6 +108,7 @@ bench: install services
 	$(PY) benchmarks/bench_dedupe_memory.py
 	$(PY) benchmarks/bench_dead_letters.py
 	$(PY) benchmarks/bench_json_values.py
+	$(PY) benchmarks/bench_latency.py
 	$(PY) benchmarks/harness/plot.py
 
 ## The fault matrix: every sink under every fault (tests/chaos); writes
