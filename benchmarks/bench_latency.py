@@ -596,7 +596,7 @@ def judge(
         targets.append(
             {
                 "target": goal,
-                "measured": None if ratio is None else round(ratio, 2),
+                "measured": None if ratio is None else round(ratio, 3),
                 "passed": h["flat"],
                 "batches": h["batches"],
             }
@@ -655,7 +655,7 @@ def markdown(document: dict[str, Any], counts: dict[str, int]) -> str:
             lines.append(f"| {t['target']} | | not measured: {t.get('note', '')} |")
         else:
             lines.append(
-                f"| {t['target']} | {t['measured']} | {'pass' if t['passed'] else 'FAIL'} |"
+                f"| {t['target']} | {t['measured']:g} | {'pass' if t['passed'] else 'FAIL'} |"
             )
     lines += ["", NOTES.format(flat=FLAT_RATIO, window=HISTORY_WINDOW).strip(), ""]
     return "\n".join(lines)
