@@ -110,6 +110,7 @@ bench: install services
 	$(PY) benchmarks/bench_json_values.py
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_memory.py
+	$(PY) benchmarks/bench_latency.py
 	$(PY) benchmarks/harness/plot.py
 	$(PY) benchmarks/harness/summary.py
 

@@ -9,7 +9,9 @@ quixsinks' own cases in one colour, the floor (the Arrow transfer alone) in grey
 peers (Spark's writers, Quix Streams, the destination's own tools) in another, with the
 machine and the date in the title. A result with a ``commit_curve`` (the Iceberg
 benchmark's commit time per micro-batch, with and without expiry) also gets
-``<IMAGES_DIR>/<name>_commit_curve.png``, one line per run. ``make bench`` runs it after
+``<IMAGES_DIR>/<name>_commit_curve.png``, one line per run; one with a ``history_curve``
+(the latency benchmark's time per micro-batch of each sink's long query) gets
+``<IMAGES_DIR>/<name>_history.png``, one line per sink. ``make bench`` runs it after
 the benchmarks; docs/benchmarks.md embeds the images.
 """
 
@@ -129,6 +131,31 @@ def plot_curve(document: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def plot_history(document: dict[str, Any], out: Path) -> Path:
+    """Time per micro-batch against batch number, one line per sink (a ``history_curve``:
+    ``{"ms": {sink: [ms per batch]}}``), each smoothed by a running median of 9 batches."""
+    import statistics
+
+    curves = document["history_curve"]["ms"]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for label, ms in curves.items():
+        smooth = [statistics.median(ms[max(0, i - 4) : i + 5]) for i in range(len(ms))]
+        floor = label == document.get("floor")
+        ax.plot(range(1, len(ms) + 1), smooth, label=label, lw=1.6 if floor else 0.9,
+                color="black" if floor else None)  # fmt: skip
+    ax.set_xlabel("micro-batch")
+    ax.set_ylabel("triggerExecution (ms, running median of 9)")
+    ax.set_ylim(bottom=0)
+    date = str(document.get("machine", {}).get("date", ""))[:10]
+    ax.set_title(f"{document.get('benchmark', out.stem)}: time per 100-row micro-batch {date}",
+                 fontsize=10)  # fmt: skip
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def plot_all(results: Path = RESULTS, images: Path = IMAGES) -> list[Path]:
     """``images/<name>.png`` for every result JSON in ``results``; returns the files."""
     images.mkdir(parents=True, exist_ok=True)
@@ -139,6 +166,8 @@ def plot_all(results: Path = RESULTS, images: Path = IMAGES) -> list[Path]:
             written.append(plot(document, images / f"{path.stem}.png"))
             if isinstance(document.get("commit_curve", {}).get("seconds"), dict):
                 written.append(plot_curve(document, images / f"{path.stem}_commit_curve.png"))
+            if isinstance(document.get("history_curve", {}).get("ms"), dict):
+                written.append(plot_history(document, images / f"{path.stem}_history.png"))
     return written
 
 
