@@ -74,7 +74,8 @@ def _dotted(case: dict[str, Any], path: str) -> float:
 def plot(document: dict[str, Any], out: Path) -> Path:
     """Draw one benchmark document (the JSON of ``write_results``) into ``out``."""
     floor = document.get("floor", "")
-    cases = [c for c in document["cases"].values() if c.get("rows_per_s")]
+    # a case is named by its key (measure pages need not repeat it as "name")
+    cases = [{"name": k, **c} for k, c in document["cases"].items() if c.get("rows_per_s")]
     names = [c["name"] for c in cases]
     # a page may plot another number than rows/s: "bars": {"value": "large.peak_rss_mb",
     # "label": "..."} (a dotted path into each case)

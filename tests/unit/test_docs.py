@@ -89,8 +89,14 @@ def test_the_benchmark_plot_draws_every_result(tmp_path: Path) -> None:
     }
     (tmp_path / "demo.json").write_text(json.dumps(document))
     (tmp_path / "other.json").write_text("[1, 2]")  # not a result: ignored
+    measured = {  # a measure page's cases, named by their keys (bench_json_values.py)
+        "benchmark": "measured",
+        "floor": "rebuilt",
+        "cases": {"rebuilt": {"rows_per_s": 10.0}, "passthrough": {"rows_per_s": 12.0}},
+    }
+    (tmp_path / "measured.json").write_text(json.dumps(measured))
     written = plot.plot_all(tmp_path, tmp_path / "img")
-    assert written == [tmp_path / "img" / "demo.png"]
+    assert written == [tmp_path / "img" / "demo.png", tmp_path / "img" / "measured.png"]
     assert written[0].read_bytes().startswith(b"\x89PNG")
     assert [plot.kind(n, "noop-arrow") for n in document["cases"]] == ["floor", "ours", "peer"]
 
