@@ -82,7 +82,7 @@ BATCH_TIMEOUT_S = 60.0
 #: defaults sized for 2 busy cores, where one micro-batch takes 0.2-0.5 s: the rounds take
 #: about 6 minutes, the history runs about 12 (1,000 batches per sink would take an hour)
 BATCHES, WARMUP, HISTORY_BATCHES = 25, 5, 200
-QUICK = {"batches": 3, "warmup": 1, "repeat": 1, "history_batches": 12}
+QUICK = {"batches": 3, "warmup": 1, "repeat": 1, "history_batches": 4}
 SERVERS = ("postgres", "redis", "influxdb", "mosquitto")
 ICEBERG_TABLE = "bench.events"
 INFLUX = {

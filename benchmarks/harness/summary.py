@@ -50,7 +50,8 @@ class Sink:
 
     ``ceiling``: the destination's own fastest ingest of prebuilt data, on the same page;
     ``spark``: the best Spark peer (its JVM writer for the destination), if there is one;
-    ``memory``: its case on the memory page (``bench_memory.py``).
+    ``memory``, ``latency``: its case on the memory page (``bench_memory.py``) and on the
+    micro-batch latency page (``bench_latency.py``).
     """
 
     label: str
@@ -60,6 +61,7 @@ class Sink:
     quix: str | None = None
     spark: str | None = None
     memory: str | None = None
+    latency: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,12 @@ SINKS: tuple[Sink, ...] = (
         "file-parquet",
         spark="spark-parquet",
         memory="file-parquet",
+        latency="file",
     ),
     Sink("`file`, JSON Lines", "foundation", "file-json", spark="spark-json", memory="file-json"),
-    Sink("`csvfile`", "foundation", "csvfile", spark="spark-csv", memory="csvfile"),
+    Sink(
+        "`csvfile`", "foundation", "csvfile", spark="spark-csv", memory="csvfile", latency="csvfile"
+    ),
     Sink("`file` on S3 (moto)", "object_storage", "file-s3", ceiling="pyarrow-s3"),
     Sink("`file` on Azure (Azurite)", "object_storage", "file-azure", ceiling="pyarrow-azure"),
     Sink(
@@ -97,6 +102,7 @@ SINKS: tuple[Sink, ...] = (
         quix="quix-postgresql",
         spark="spark-jdbc-rewrite",
         memory="postgresql",
+        latency="postgresql",
     ),
     Sink(
         "`postgresql` (prepared)",
@@ -107,7 +113,14 @@ SINKS: tuple[Sink, ...] = (
         spark="spark-jdbc-rewrite",
     ),
     Sink("`influxdb3`, line protocol only", "influxdb3", "lp-generation"),
-    Sink("`influxdb3`", "influxdb3", "influxdb3-e2e", quix="quix-influxdb3", memory="influxdb3"),
+    Sink(
+        "`influxdb3`",
+        "influxdb3",
+        "influxdb3-e2e",
+        quix="quix-influxdb3",
+        memory="influxdb3",
+        latency="influxdb3",
+    ),
     Sink(
         "`influxdb1`",
         "influxdb1",
@@ -115,6 +128,7 @@ SINKS: tuple[Sink, ...] = (
         ceiling="influx-import",
         quix="quix-influxdb1",
         memory="influxdb1",
+        latency="influxdb1",
     ),
     Sink(
         "`redis` (string)",
@@ -123,6 +137,7 @@ SINKS: tuple[Sink, ...] = (
         ceiling="server-limit",
         quix="quix-redis",
         memory="redis",
+        latency="redis",
     ),
     Sink("`redis` (hash)", "redis", "redis-hash", ceiling="server-limit"),
     Sink(
@@ -133,6 +148,7 @@ SINKS: tuple[Sink, ...] = (
         quix="quix-like",
         spark="spark-parquet",
         memory="iceberg",
+        latency="iceberg",
     ),
     Sink(
         "`tsdatalake`",
@@ -141,6 +157,7 @@ SINKS: tuple[Sink, ...] = (
         quix="quix-like",
         spark="spark-partitioned",
         memory="tsdatalake",
+        latency="tsdatalake",
     ),
     Sink(
         "`bigquery` (exactly-once)",
@@ -161,7 +178,15 @@ SINKS: tuple[Sink, ...] = (
         quix="quix-kinesis",
         memory="kinesis",
     ),
-    Sink("`mqtt`", "mqtt", "mqtt", ceiling="server-limit", quix="quix-mqtt", memory="mqtt"),
+    Sink(
+        "`mqtt`",
+        "mqtt",
+        "mqtt",
+        ceiling="server-limit",
+        quix="quix-mqtt",
+        memory="mqtt",
+        latency="mqtt",
+    ),
 )
 
 #: Issue #31's goals, as ratios of two cases of one page.
@@ -390,6 +415,9 @@ def summarize(
                 "peak_rss_mb": [measured["small"]["peak_rss_mb"], measured["large"]["peak_rss_mb"]],
                 "ratio": measured["ratio"],
             }
+        if sink.latency is not None and "latency" in pages:
+            measured = _case(pages, "latency", sink.latency)
+            row["latency"] = {key: measured[key] for key in ("p50_ms", "p95_ms", "overhead_p50_ms")}
         rows.append(row)
     judged = [judge(pages, target) for target in targets]
     for name, page in pages.items():
@@ -408,6 +436,12 @@ def _x(entry: Mapping[str, Any] | None) -> str:
     return f"{entry['ratio']:.2f}{noise} `{entry['case']}`"
 
 
+def _latency(entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        return ""
+    return f"{entry['p50_ms']:.0f} / {entry['p95_ms']:.0f} ({entry['overhead_p50_ms']:+.0f})"
+
+
 def _memory(entry: Mapping[str, Any] | None) -> str:
     if entry is None:
         return ""
@@ -424,13 +458,14 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "and the best Spark peer, each with the case it is taken against. In brackets: the "
         "median of the per-round ratios (a noise check). *Peak RSS*: the Python workers' "
         "peak resident memory writing one partition of the small and the large row count "
-        "(`bench_memory.py`). Ratios only compare cases of one "
-        "page, measured in one session with interleaved runs; each page ran on its date, "
-        "so compare ratios, not rows/s across pages.",
+        "(`bench_memory.py`). *Micro-batch*: a streaming query of 100-row micro-batches, "
+        "the time per batch and, in brackets, its p50 over the floor's (`bench_latency.py`). "
+        "Ratios only compare cases of one page, measured in one session with interleaved "
+        "runs; each page ran on its date, so compare ratios, not rows/s across pages.",
         "",
         "| sink | page (date, rows) | rows/s | vs floor | vs ceiling | vs Quix | vs Spark "
-        "| peak RSS MiB |",
-        "| --- | --- | ---: | --- | --- | --- | --- | --- |",
+        "| micro-batch p50 / p95 ms (over floor) | peak RSS MiB |",
+        "| --- | --- | ---: | --- | --- | --- | --- | --- | --- |",
     ]
     for row in summary["sinks"]:
         date = (row["date"] or "")[:10]
@@ -438,7 +473,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         lines.append(
             f"| {row['sink']} | `{row['page']}` ({date}{rows}) "
             f"| {row['rows_per_s']:,} | {_x(row.get('floor'))} | {_x(row.get('ceiling'))} "
-            f"| {_x(row.get('quix'))} | {_x(row.get('spark'))} | {_memory(row.get('memory'))} |"
+            f"| {_x(row.get('quix'))} | {_x(row.get('spark'))} | {_latency(row.get('latency'))} "
+            f"| {_memory(row.get('memory'))} |"
         )
     lines += [
         "",
@@ -456,6 +492,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
             median = t.get("median_round_ratio")
             noise = "" if median is None else f" ({median:.2f})"
             measured = f"{t['ratio']:.2f}x{noise}"
+        elif isinstance(t.get("measured"), float):
+            measured = f"{t['measured']:g}"
         else:
             measured = str(t.get("measured", ""))
         result = {True: "met", False: "**missed**", None: "not measured"}[t.get("passed")]
