@@ -255,7 +255,7 @@ class QuixFeed:
 
 def cases(bench: Bench) -> list[Case]:
     args, server = bench.args, bench.servers["postgres"]
-    server.create_database(DATABASE)
+    server.create_database(DATABASE, exist_ok=True)  # kept by the server of an earlier page
     target = Target(server, DATABASE, args.cores)
     bench.stack.callback(target.close)
     bench.info.update(

@@ -220,15 +220,18 @@ class PostgresServer(Service):
             "PGDATABASE": dbname or self.dbname,
         }
 
-    def create_database(self, name: str) -> str:
-        """Create database `name` and return its DSN."""
-        from psycopg2 import sql
+    def create_database(self, name: str, *, exist_ok: bool = False) -> str:
+        """Create database `name` (with `exist_ok`, keep it if it exists) and return its DSN."""
+        from psycopg2 import errors, sql
 
         conn = self.connect()
         try:
             conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
             with conn.cursor() as cur:
                 cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except errors.DuplicateDatabase:
+            if not exist_ok:
+                raise
         finally:
             conn.close()
         return self.dsn(name)
