@@ -551,7 +551,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return 204, b"", {}
             return _json_reply(200, {"name": "influxdb3", "status": "pass"})
         if path == V1_WRITE and self.command == "POST":
-            return self._pass_v1_write(body, info)
+            return self._pass_v1_write(body, params, info)
         if path not in (V3_WRITE, V2_WRITE):
             if path.startswith("/api/v3/query") or path in ("/query", "/api/v2/query"):
                 message = "queries are not supported by the stand-in; use InfluxServer.query()"
@@ -584,7 +584,7 @@ class _Handler(BaseHTTPRequestHandler):
             return _error_reply(info, exc)
         return 204, b"", {}
 
-    def _pass_v1_write(self, body: bytes, info: dict[str, Any]) -> _Reply:
+    def _pass_v1_write(self, body: bytes, params: dict[str, str], info: dict[str, Any]) -> _Reply:
         """``POST /write`` (1.x): a queued fault, or the 1.x server's own answer (its
         credentials check included: the Authorization header and query go through)."""
         with contextlib.suppress(_Error):
@@ -601,9 +601,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         headers["Content-Type"] = self.headers.get("Content-Type", "text/plain")
         conn = http.client.HTTPConnection(*self.front._backend, timeout=self.front.backend_timeout)
-        database = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("db", [""])
         try:
-            with self.front.database_lock(database[-1]):
+            with self.front.database_lock(params.get("db", "")):
                 conn.request("POST", self.path, body=body, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
