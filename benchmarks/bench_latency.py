@@ -396,14 +396,10 @@ def run_query(
 
 
 def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1), linear between the closest ranks."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """The ``q`` quantile (0.01 .. 0.99), linear between the closest ranks."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 def summary(batches: list[dict[str, int]]) -> dict[str, float]:

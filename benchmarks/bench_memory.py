@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from harness import Bench, Case, Page, cli, machine_info, servers, write_measured
 from harness.page import log
 from harness.session import bench_session, close_session, floor_case, register_sinks
+from harness.timing import check_rows, cleanup_run
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -177,14 +178,14 @@ def _page_bench(bench: Bench, module: Any, rows: int, workdir: Path) -> Bench:
 def run_subject(
     bench: Bench,
     subject: Subject,
+    module: Any,
     sizes: Sequence[int],
     peaks: WorkerPeaks,
     running: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """``subject`` on one partition of each of ``sizes`` rows (``running``: its page's
-    servers): the peak worker RSS of each run. The page's cases are made once, on the
-    first size's input."""
-    module = importlib.import_module(subject.page)
+    """``subject`` (of page ``module``) on one partition of each of ``sizes`` rows
+    (``running``: the page's servers): the peak worker RSS of each run. The page's cases
+    are made once, on the first size's input."""
     workdir = bench.workdir / subject.name
     workdir.mkdir(parents=True, exist_ok=True)
     page_bench = _page_bench(bench, module, sizes[0], workdir)
@@ -224,12 +225,9 @@ def _measured_run(
             started = time.perf_counter()
             case.write(df, path)
             seconds = time.perf_counter() - started
-        written = case.count_rows(path) if case.count_rows is not None else None
+        check_rows(case, path, rows)
     finally:
-        if case.cleanup is not None:
-            case.cleanup(path)
-    if written is not None and written != rows:
-        raise RuntimeError(f"{case.name}: wrote {written} rows of {rows}")
+        cleanup_run(case, path)
     return {
         "rows": rows,
         "peak_rss_mb": round(peaks.peak_mb, 1),
@@ -254,16 +252,15 @@ def measure(bench: Bench) -> str:
     subjects += [s for s in SUBJECTS if s.name in bench.wanted]
     try:
         for subject in subjects:
-            missing = [
-                n for n in importlib.import_module(subject.page).PAGE.servers if servers.missing(n)
-            ]
-            if missing:
-                bench.skip(subject.name, servers.missing(missing[0]) or "")
+            module = importlib.import_module(subject.page)
+            reasons = [r for n in module.PAGE.servers if (r := servers.missing(n)) is not None]
+            if reasons:
+                bench.skip(subject.name, reasons[0])
                 continue
             sizes = (small // subject.scale, large // subject.scale)
             try:
-                with servers.servers_for(importlib.import_module(subject.page).PAGE.servers) as up:
-                    runs = run_subject(bench, subject, sizes, peaks, up)
+                with servers.servers_for(module.PAGE.servers) as up:
+                    runs = run_subject(bench, subject, module, sizes, peaks, up)
                 if not runs[0]["peak_rss_mb"]:
                     raise RuntimeError("no Python worker of this process seen")
             except Exception as exc:  # the other sinks still run; the page then fails

@@ -317,10 +317,6 @@ TARGETS: tuple[Target, ...] = (
 )
 
 
-#: Goals of the issue no page measures yet: listed as such, never left out.
-UNMEASURED: tuple[dict[str, Any], ...] = ()
-
-
 def load_pages(results: Path) -> dict[str, dict[str, Any]]:
     """Every ``<page>.json`` in ``results`` (the summary's own file excepted)."""
     return {
@@ -376,13 +372,12 @@ def summarize(
     pages: Mapping[str, Mapping[str, Any]],
     sinks: Sequence[Sink] = SINKS,
     targets: Sequence[Target] = TARGETS,
-    unmeasured: Sequence[Mapping[str, Any]] = UNMEASURED,
 ) -> dict[str, Any]:
     """The summary document: ``sinks`` (rows and ratios) and ``targets`` (judged).
 
     Besides ``targets``, a page may judge its own (latency, history) as ``targets`` entries
     ``{"target": str, "measured": str, "passed": bool | None, "why": str}``; those join the
-    list, then the ``unmeasured`` ones.
+    list.
     """
     rows = []
     for sink in sinks:
@@ -424,7 +419,6 @@ def summarize(
         for own in page.get("targets", []):
             if isinstance(own.get("target"), str):
                 judged.append({"page": name, **own})
-    judged.extend(dict(entry) for entry in unmeasured)
     return {"sinks": rows, "targets": judged}
 
 

@@ -190,7 +190,8 @@ def _remove(path: str) -> None:
             _remove(os.path.join(parent, sibling))
 
 
-def _cleanup(case: Case, path: str) -> None:
+def cleanup_run(case: Case, path: str) -> None:
+    """After a run of ``case``: ``case.cleanup(path)``, then ``path`` removed."""
     try:
         if case.cleanup is not None:
             case.cleanup(path)
@@ -242,14 +243,14 @@ def run_cases(
             try:
                 result.rows_checked = check_rows(case, path, case.rows or rows)
             finally:
-                _cleanup(case, path)
+                cleanup_run(case, path)
             log(f"  warm-up {case.name:<16} {seconds:8.2f} s")
             if repeat == 0:
                 result.seconds.append(seconds)
         for round_ in range(repeat):
             for case in cases:
                 seconds, path = _timed(case, df, base, f"run{round_}")
-                _cleanup(case, path)
+                cleanup_run(case, path)
                 results[case.name].seconds.append(seconds)
                 log(f"  run {round_ + 1}/{repeat} {case.name:<16} {seconds:8.2f} s")
     finally:
