@@ -100,6 +100,11 @@ class CommonOptions(SinkOptions):
         minimum=1,
         doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes",
     )
+    read_ahead: bool = option(
+        True,
+        doc="A task keeps reading Spark's next rows (up to one more SinkBatch) while the sink "
+        "writes the current SinkBatch, so Spark's hand-over overlaps the sink's work",
+    )
     retry_max_attempts: int = option(5, minimum=1, doc="Attempts per write on a retryable error")
     retry_backoff_seconds: float = option(0.5, minimum=0, doc="First backoff pause")
     retry_max_backoff_seconds: float = option(30.0, minimum=0, doc="Longest backoff pause")

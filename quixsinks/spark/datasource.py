@@ -25,8 +25,10 @@ import functools
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
@@ -311,7 +313,10 @@ class _SinkWriter:
             sink.setup(task)
             if context.ledgered:
                 sink.check_fence(task)  # before any data moves
-            for table in _bounded_tables(iterator, sink.options.max_batch_bytes):
+            max_bytes = sink.options.max_batch_bytes
+            if sink.options.read_ahead:
+                iterator = _read_ahead(iterator, max_bytes)
+            for table in _bounded_tables(iterator, max_bytes):
                 batch = SinkBatch(table, sink.records, context, task.counters, task=task)
                 started = time.perf_counter()
                 receipt.staged.extend(_write_batch(sink, batch, task))
@@ -504,3 +509,57 @@ class SinkStreamArrowWriter(_SinkWriter, DataSourceStreamArrowWriter):
     @_surfaces_errors
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._abort(messages, batchId)
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Spark's record batches, read by a thread up to about ``max_bytes`` ahead of the sink.
+
+    Without it Spark's JVM stops handing rows over while the sink encodes or sends a
+    SinkBatch (the socket between them fills up); with it the hand-over of the next
+    SinkBatch overlaps the sink's work on this one, on another core. The thread is the only
+    reader of Spark's iterator; an error it meets is raised here, in order. A consumer that
+    stops early (the sink failed) leaves the thread to finish its current read: the worker
+    process does not outlive a failed task.
+    """
+    ready: deque[pa.RecordBatch] = deque()
+    changed = threading.Condition()
+    state: dict[str, Any] = {"bytes": 0, "done": False, "error": None, "stopped": False}
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                with changed:
+                    while state["bytes"] >= max_bytes and not state["stopped"]:
+                        changed.wait()
+                    if state["stopped"]:
+                        return
+                    ready.append(batch)
+                    state["bytes"] += batch.nbytes
+                    changed.notify_all()
+        except BaseException as exc:  # handed to the consumer, raised there
+            state["error"] = exc
+        finally:
+            with changed:
+                state["done"] = True
+                changed.notify_all()
+
+    reader = threading.Thread(target=read, name="quixsinks-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            with changed:
+                while not ready and not state["done"]:
+                    changed.wait()
+                if not ready:
+                    break
+                batch = ready.popleft()
+                state["bytes"] -= batch.nbytes
+                changed.notify_all()
+            yield batch
+        reader.join()
+        if state["error"] is not None:
+            raise state["error"]
+    finally:
+        with changed:
+            state["stopped"] = True
+            changed.notify_all()
