@@ -402,14 +402,23 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
-def summary(batches: list[dict[str, int]]) -> dict[str, float]:
+#: Spark's phases of a micro-batch (``durationMs``), in the order they run; ``other`` is
+#: the rest of ``triggerExecution`` (listeners, metrics, the trigger's own bookkeeping)
+PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+
+
+def summary(batches: list[dict[str, int]]) -> dict[str, Any]:
     total = [float(b.get("triggerExecution", 0)) for b in batches]
     add = [float(b.get("addBatch", 0)) for b in batches]
+    phases = {name: percentile([float(b.get(name, 0)) for b in batches], 0.5) for name in PHASES}
+    other = [b.get("triggerExecution", 0) - sum(b.get(n, 0) for n in PHASES) for b in batches]
+    phases["other"] = percentile([float(v) for v in other], 0.5)
     return {
         "p50_ms": percentile(total, 0.5),
         "p95_ms": percentile(total, 0.95),
         "add_batch_p50_ms": percentile(add, 0.5),
         "add_batch_p95_ms": percentile(add, 0.95),
+        "phases_p50_ms": phases,
     }
 
 
@@ -442,6 +451,10 @@ def latency_cases(
             "overhead_p50_ms": statistics.median(over50),
             "overhead_p95_ms": statistics.median(over95),
             "add_batch_overhead_p50_ms": statistics.median(over_add),
+            "phases_p50_ms": {
+                phase: statistics.median(r["phases_p50_ms"][phase] for r in runs)
+                for phase in (*PHASES, "other")
+            },
             "rows_per_s": ROWS_PER_BATCH / (p50 / 1000) if p50 > 0 else 0.0,
             "ratio_to_floor": floor_p50 / p50 if p50 > 0 else None,
             "rounds": runs,
@@ -540,7 +553,10 @@ def timed(
     batches, warmup = counts["batches"], counts["warmup"]
     rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in cases}
     for round_ in range(counts["repeat"]):
-        for sink in cases:
+        # each round starts one case later: no case always runs first (Spark's JIT
+        # warm-up) or always after the same one
+        shift = round_ % len(cases)
+        for sink in cases[shift:] + cases[:shift]:
             run = workdir / f"{sink.name}-r{round_}"
             started = time.perf_counter()
             measured = run_query(spark, progress, sink, run, warmup + batches)[warmup:]
@@ -646,6 +662,18 @@ def markdown(document: dict[str, Any], counts: dict[str, int]) -> str:
         )
     for name, reason in document["skipped"].items():
         lines.append(f"| {name} | | | | | | | skipped: {reason.replace('|', '/')} |")
+    lines += [
+        "",
+        "Where a micro-batch's time goes: p50 ms of each of Spark's phases (median over "
+        "rounds; `other` is the rest of `triggerExecution`; p50s do not add up exactly):",
+        "",
+        "| case | " + " | ".join(f"`{p}`" for p in (*PHASES, "other")) + " |",
+        "| --- |" + " ---: |" * (len(PHASES) + 1),
+    ]
+    for name, c in document["cases"].items():
+        phases = c.get("phases_p50_ms", {})
+        cells = " | ".join(f"{phases.get(p, 0):.0f}" for p in (*PHASES, "other"))
+        lines.append(f"| {name} | {cells} |")
     lines += [
         "",
         "Targets (issue #31):",
