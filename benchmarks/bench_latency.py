@@ -70,7 +70,9 @@ SINKS = (
     "influxdb1",
     "mqtt",
 )
-CASES = (FLOOR, "spark-noop", *SINKS)
+#: iceberg with snapshot expiry: its history run shows what keeps the commit flat
+ICEBERG_KEEP = "iceberg-keep100"
+CASES = (FLOOR, "spark-noop", *SINKS, ICEBERG_KEEP)
 #: "flat": the median of the last batches at most this times the first batches'
 FLAT_RATIO = 1.25
 #: p50 overhead over the floor, per micro-batch (issue #31)
@@ -134,6 +136,8 @@ class Sink:
     format: str
     setup: Callable[[Path], None] | None = None
     cleanup: Callable[[Path], None] | None = None
+    #: runs only the history run (a variant of a sink, for its history alone)
+    history_only: bool = False
 
 
 def run_name(run: Path) -> str:
@@ -157,6 +161,17 @@ def sinks(bench: Bench) -> list[Sink]:
             f"iceberg sink, local SQL catalog on a warehouse folder, table {ICEBERG_TABLE}",
             lambda run: {"warehouse": str(run / "warehouse"), "table_name": ICEBERG_TABLE},
             "iceberg",
+        ),
+        Sink(
+            ICEBERG_KEEP,
+            "iceberg sink as above with keep_snapshots=100 (history run only)",
+            lambda run: {
+                "warehouse": str(run / "warehouse"),
+                "table_name": ICEBERG_TABLE,
+                "keep_snapshots": "100",
+            },
+            "iceberg",
+            history_only=True,
         ),
         Sink(
             "tsdatalake",
@@ -551,12 +566,13 @@ def timed(
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[float]]]:
     """The interleaved rounds, then the history runs."""
     batches, warmup = counts["batches"], counts["warmup"]
-    rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in cases}
+    timed_cases = [s for s in cases if not s.history_only]
+    rounds: dict[str, list[dict[str, Any]]] = {s.name: [] for s in timed_cases}
     for round_ in range(counts["repeat"]):
         # each round starts one case later: no case always runs first (Spark's JIT
         # warm-up) or always after the same one
-        shift = round_ % len(cases)
-        for sink in cases[shift:] + cases[:shift]:
+        shift = round_ % len(timed_cases)
+        for sink in timed_cases[shift:] + timed_cases[:shift]:
             run = workdir / f"{sink.name}-r{round_}"
             started = time.perf_counter()
             measured = run_query(spark, progress, sink, run, warmup + batches)[warmup:]
@@ -645,21 +661,27 @@ def markdown(document: dict[str, Any], counts: dict[str, int]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     history = document["history"]
-    for name, c in document["cases"].items():
+
+    def trend(name: str) -> str:
         h = history.get(name)
-        trend = (
+        if not h or h["last_over_first"] is None:
+            return ""
+        return (
             f"{h['first_median_ms']:.0f} -> {h['last_median_ms']:.0f} "
             f"(x{h['last_over_first']:.3f}, {h['batches']} batches)"
-            if h and h["last_over_first"] is not None
-            else ""
         )
+
+    for name, c in document["cases"].items():
         floor = name == FLOOR
         lines.append(
             f"| {name} | {c['p50_ms']:.0f} | {c['p95_ms']:.0f} | {c['add_batch_p50_ms']:.0f} | "
             f"{'(floor)' if floor else format(c['overhead_p50_ms'], '+.0f')} | "
             f"{'' if floor else format(c['overhead_p95_ms'], '+.0f')} | "
-            f"{'' if floor else format(c['add_batch_overhead_p50_ms'], '+.0f')} | {trend} |"
+            f"{'' if floor else format(c['add_batch_overhead_p50_ms'], '+.0f')} | {trend(name)} |"
         )
+    for name, h in history.items():
+        if isinstance(h, dict) and name not in document["cases"]:
+            lines.append(f"| {name} (history only) | | | | | | | {trend(name)} |")
     for name, reason in document["skipped"].items():
         lines.append(f"| {name} | | | | | | | skipped: {reason.replace('|', '/')} |")
     lines += [
