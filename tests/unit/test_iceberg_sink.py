@@ -368,3 +368,44 @@ def test_a_zoned_timestamp_fits_a_quix_zoneless_timestamp_column_as_utc_wall_tim
     assert rows.cast(fitted).column("_timestamp").to_pylist() == [dt.datetime(2024, 5, 1, 12)]
     ours = Schema(NestedField(1, "_timestamp", TimestamptzType(), required=False))
     assert conform_schema(rows.schema, ours).field("_timestamp").type == pa.timestamp("us", "UTC")
+
+
+def test_a_caching_transaction_builds_its_metadata_once_per_change(tmp_path: Any) -> None:
+    """pyiceberg rebuilds a transaction's metadata (a deep copy of every snapshot) on each
+    read; ours once per staged change, and it is the metadata pyiceberg's would be."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Transaction
+
+    from quixsinks.core.tables.pyiceberg_compat import commit_transaction, transaction
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("ns")
+    rows = pa.table({"a": pa.array([1, 2], pa.int64())})
+    table = catalog.create_table("ns.t", schema=rows.schema)
+    table.append(rows)
+
+    tx = transaction(table)
+    first = tx.table_metadata
+    assert tx.table_metadata is first  # no change: not built again
+    tx.set_properties(owner="quixsinks")
+    changed = tx.table_metadata
+    assert changed is not first
+    assert changed.properties["owner"] == "quixsinks"
+    plain = Transaction(table)
+    plain.set_properties(owner="quixsinks")
+    assert changed == plain.table_metadata
+
+    # an append staged through it commits as pyiceberg's own would
+    from pyiceberg.table.update import AssertTableUUID
+
+    from quixsinks.core.tables.pyiceberg_compat import write_data_files
+
+    files = write_data_files(table.metadata, rows, table.io)
+    with tx.update_snapshot().fast_append() as append:
+        for data_file in files:
+            append.append_data_file(data_file)
+    commit_transaction(table, tx, AssertTableUUID(uuid=table.metadata.table_uuid))
+    assert table.scan().to_arrow().num_rows == 4
+    assert table.metadata.properties["owner"] == "quixsinks"
+    assert transaction(table).table_metadata == table.metadata

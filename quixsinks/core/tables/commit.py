@@ -98,7 +98,7 @@ def append_once(
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.table.update import AssertTableUUID
 
-    from .pyiceberg_compat import commit_transaction
+    from .pyiceberg_compat import commit_transaction, transaction
 
     sink = catalog.sink
     where = f"{sink}: commit of batch {context.batch_id} to {table_name}"
@@ -116,7 +116,7 @@ def append_once(
             store.takeover_of,
             record=None if record is None else record(),
         )
-        tx = table.transaction()
+        tx = transaction(table)
         if overwrite:
             tx.delete(AlwaysTrue(), snapshot_properties=props)
         if files:

@@ -144,11 +144,11 @@ def _expire(table: Any, old: list[int]) -> None:
     from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
     from pyiceberg.table.update.snapshot import ExpireSnapshots
 
-    from .pyiceberg_compat import commit_transaction
+    from .pyiceberg_compat import commit_transaction, transaction
 
     meta = table.metadata
     to_set, to_remove = carried_properties(meta, set(old))
-    tx = table.transaction()
+    tx = transaction(table)
     ExpireSnapshots(tx).by_ids(old).commit()
     if to_set:
         tx.set_properties(to_set)
