@@ -109,6 +109,7 @@ bench: install services
 	$(PY) benchmarks/bench_dead_letters.py
 	$(PY) benchmarks/bench_json_values.py
 	$(PY) benchmarks/bench_floor.py
+	$(PY) benchmarks/bench_cpu.py
 	$(PY) benchmarks/bench_memory.py
 	$(PY) benchmarks/bench_latency.py
 	$(PY) benchmarks/harness/plot.py
