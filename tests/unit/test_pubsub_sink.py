@@ -298,7 +298,7 @@ def test_a_task_builds_its_messages_a_bounded_slice_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue #31: a task's messages (about 1 KB of Python objects each) are built a
-    SinkBatch at a time, so the SinkBatches are small for this sink (4 MiB of Arrow, not
+    SinkBatch at a time, so the SinkBatches are small for this sink (1 MiB of Arrow, not
     the 64 MiB of the others): 20 MB of rows, which one 64 MiB SinkBatch would build at
     once, go in several builds, each at most about max_batch_bytes, with the same
     messages, row order and dedupe ids as one build of the whole partition."""
@@ -324,7 +324,7 @@ def test_a_task_builds_its_messages_a_bounded_slice_at_a_time(
     assert frames == whole
     request = PublishRequest.deserialize(b"".join(wire for _, wire in frames[-3:]))
     assert [json.loads(m.data)["id"] for m in request.messages] == [19_997, 19_998, 19_999]
-    assert default.max_batch_bytes == 4 * 1024 * 1024 < CommonOptions().max_batch_bytes
+    assert default.max_batch_bytes == 1024 * 1024 < CommonOptions().max_batch_bytes
 
 
 def test_a_refused_row_of_a_later_sinkbatch_is_named_by_its_row_in_the_task(

@@ -131,11 +131,12 @@ class PubSubOptions(CommonOptions):
         "round; failed ones are resent); bounds the futures a task holds",
     )
     max_batch_bytes: int = option(
-        4 * 1024 * 1024,
+        1024 * 1024,
         minimum=1,
         doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes "
-        "(4 MiB here, not 64: a SinkBatch's messages are all built before it publishes, about "
-        "1 KB of Python objects a row, so 64 MiB of small rows held about 2 GB)",
+        "(1 MiB here, not 64: a SinkBatch's messages are all built before it publishes, about "
+        "1 KB of Python objects a row, so 64 MiB of small rows held about 2 GB; and Spark "
+        "prepares the next batch while one is being sent)",
     )
     check_topic: bool = option(
         True,
