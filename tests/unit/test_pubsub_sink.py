@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
@@ -11,8 +12,10 @@ import pytest
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.delivery import DedupeIds
 from quixsinks.core.errors import DestinationNotFoundError, OptionError, RecordError
+from quixsinks.core.sink import CommonOptions
 from quixsinks.sinks.pubsub import PubSubOptions, PubSubSink, PubSubTopicNotFoundError
-from quixsinks.sinks.pubsub.wire import Message, message_size
+from quixsinks.sinks.pubsub.wire import Frame, Message, message_size
+from quixsinks.spark.datasource import SinkArrowWriter
 
 
 def options(**extra: str) -> PubSubOptions:
@@ -249,3 +252,93 @@ def _encode_varint(n: int) -> bytes:
         out.append(byte | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+# ---------------------------------------------------------------- a task's SinkBatches
+
+
+def task_writer(
+    monkeypatch: pytest.MonkeyPatch, table: pa.Table, **extra: str
+) -> tuple[SinkArrowWriter, list[list[Frame]], list[int]]:
+    """A batch writer of the pubsub sink whose requests are kept, not sent: the frames of
+    each PublishRequest, and the rows of each build (``frames`` call)."""
+    import quixsinks.sinks.pubsub.sink as sink_module
+
+    sent: list[list[Frame]] = []
+    built: list[int] = []
+
+    class Requests:
+        def __init__(self, publisher: object, topic: str, timeout: float) -> None:
+            pass
+
+        def send(self, chunk: Sequence[Frame]) -> list[int]:
+            sent.append(list(chunk))
+            return []
+
+    frames = PubSubSink.frames
+
+    def counted(
+        self: PubSubSink, batch: SinkBatch, dedupe: DedupeIds, row0: int = 0
+    ) -> list[Frame]:
+        built.append(batch.num_rows)
+        return frames(self, batch, dedupe, row0)
+
+    monkeypatch.setattr(sink_module, "publisher", lambda options: object())
+    monkeypatch.setattr(sink_module, "RequestSender", Requests)
+    monkeypatch.setattr(PubSubSink, "frames", counted)
+    return SinkArrowWriter(sink_for(table, **extra)), sent, built
+
+
+def wide_rows(rows: int) -> pa.Table:
+    """``rows`` rows of about 1 KB of Arrow each."""
+    return pa.table({"id": pa.array(range(rows), pa.int64()), "text": ["x" * 1000] * rows})
+
+
+def test_a_task_builds_its_messages_a_bounded_slice_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #31: a task's messages (about 1 KB of Python objects each) are built a
+    SinkBatch at a time, so the SinkBatches are small for this sink (1 MiB of Arrow, not
+    the 64 MiB of the others): 20 MB of rows, which one 64 MiB SinkBatch would build at
+    once, go in several builds, each at most about max_batch_bytes, with the same
+    messages, row order and dedupe ids as one build of the whole partition."""
+    from google.pubsub_v1.types import PublishRequest
+
+    table = wide_rows(20_000)
+    arrow_batches = table.to_batches(max_chunksize=500)  # Spark hands over Arrow batches
+    writer, sent, built = task_writer(monkeypatch, table)
+    default = writer.sink.options
+    receipt = writer.write(iter(arrow_batches)).receipt
+    assert receipt.rows == 20_000
+    assert receipt.counters["published"] == 20_000
+    row_bytes = table.nbytes / table.num_rows
+    most = (default.max_batch_bytes + arrow_batches[0].nbytes) / row_bytes
+    assert len(built) >= 4
+    assert max(built) <= most, built
+    # the requests: every row once, in row order, each message as one build makes it
+    frames = [frame for request in sent for frame in request]
+    assert [row for row, _ in frames] == list(range(20_000))
+    whole = sink_for(table).frames(
+        batch_of(writer.sink, table, batch_id=0), DedupeIds(f"write-{writer.write_id}", 0, 0)
+    )
+    assert frames == whole
+    request = PublishRequest.deserialize(b"".join(wire for _, wire in frames[-3:]))
+    assert [json.loads(m.data)["id"] for m in request.messages] == [19_997, 19_998, 19_999]
+    assert default.max_batch_bytes == 1024 * 1024 < CommonOptions().max_batch_bytes
+
+
+def test_a_refused_row_of_a_later_sinkbatch_is_named_by_its_row_in_the_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Row numbers count from the task's first row, whichever SinkBatch holds the row."""
+    table = wide_rows(12_000)
+    keys = pa.array(["k"] * 12_000)
+    keys = pa.concat_arrays([keys[:10_001], pa.array(["k" * 2000]), keys[10_002:]])
+    table = table.append_column("key", keys)
+    writer, sent, _ = task_writer(monkeypatch, table)
+    with pytest.raises(RecordError, match="row 10001"):
+        writer.write(iter(table.to_batches(max_chunksize=500)))
+    # the row was in a later SinkBatch: the earlier ones went out whole, in row order
+    rows = [row for request in sent for row, _ in request]
+    assert 0 < len(rows) <= 10_001
+    assert rows == list(range(len(rows)))

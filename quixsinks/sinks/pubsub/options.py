@@ -130,6 +130,14 @@ class PubSubOptions(CommonOptions):
         doc="Messages a task publishes before it waits for all their results (one delivery "
         "round; failed ones are resent); bounds the futures a task holds",
     )
+    max_batch_bytes: int = option(
+        1024 * 1024,
+        minimum=1,
+        doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes "
+        "(1 MiB here, not 64: a SinkBatch's messages are all built before it publishes, about "
+        "1 KB of Python objects a row, so 64 MiB of small rows held about 2 GB; and Spark "
+        "prepares the next batch while one is being sent)",
+    )
     check_topic: bool = option(
         True,
         doc="Check that the topic exists (get_topic) on the driver before any task; skipped "
