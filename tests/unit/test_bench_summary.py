@@ -105,3 +105,19 @@ def test_a_pages_own_judged_targets_join_the_table_and_the_section_is_replaced(
     assert "| latency <= 10 ms | 12 ms |  | **missed** |" in text
     with pytest.raises(summary.SummaryError, match="markers"):
         summary.replace_section("# no markers\n", "x")
+
+
+def test_a_target_against_the_floor_is_bounded_by_the_cpu_pages_figures(
+    summary: ModuleType,
+) -> None:
+    pages = _pages()
+    pages["cpu"] = {"cases": {}, "cpu": {"redis-string": {"cpu_bound": 0.6}}}
+    target = summary.Target(
+        "redis", "redis", "redis-string", "noop-arrow", 0.85, cpu="redis-string"
+    )
+    judged = summary.judge(pages, target)
+    assert judged["floor_bound"] == 0.6
+    assert judged["passed"] is False  # 0.45x: the bound explains it, it does not excuse it
+    missing = summary.Target("x", "redis", "redis-string", "noop-arrow", 0.85, cpu="other")
+    with pytest.raises(summary.SummaryError, match="no CPU figures of case 'other'"):
+        summary.judge(pages, missing)
