@@ -15,8 +15,9 @@ from quixsinks.spark.datasource import _read_ahead
 
 
 def batches(count: int, rows: int = 100) -> list[pa.RecordBatch]:
+    # from_arrays: pyarrow 15 (the compat run) takes no mapping
     return [
-        pa.record_batch({"id": pa.array(range(i * rows, (i + 1) * rows), pa.int64())})
+        pa.RecordBatch.from_arrays([pa.array(range(i * rows, (i + 1) * rows), pa.int64())], ["id"])
         for i in range(count)
     ]
 
