@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,7 +60,7 @@ def spark_cpu() -> tuple[float, float]:
         pid = int(entry)
         children.setdefault(int(fields[1]), []).append(pid)
         used[pid] = (int(fields[11]) + int(fields[12])) / TICKS
-    jvm = _jvm_pid()
+    jvm = _spark_jvm(children.get(os.getpid(), []))
     workers, todo = 0.0, list(children.get(jvm, []))
     while todo:
         pid = todo.pop()
@@ -70,17 +69,17 @@ def spark_cpu() -> tuple[float, float]:
     return used.get(jvm, 0.0), workers
 
 
-def _jvm_pid() -> int:
-    """This process's Spark JVM (a server's JVM, e.g. an emulator's, is a child too)."""
-    found = subprocess.run(
-        ["pgrep", "-P", str(os.getpid()), "-f", "org.apache.spark.deploy.SparkSubmit"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
-    if not found:
-        raise RuntimeError("no Spark JVM among this process's children")
-    return int(found[0])
+def _spark_jvm(children: list[int]) -> int:
+    """Which of this process's ``children`` is Spark's JVM (a server's JVM, e.g. an
+    emulator's, is a child too)."""
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if b"org.apache.spark.deploy.SparkSubmit" in cmdline.read():
+                    return pid
+        except OSError:  # ended meanwhile
+            continue
+    raise RuntimeError("no Spark JVM among this process's children")
 
 
 def measured(
