@@ -284,7 +284,16 @@ class SinkOptions:
 
     @classmethod
     def specs(cls) -> list[OptionSpec]:
-        """Every option of this class, in declaration order."""
+        """Every option of this class, in declaration order (built once per class: Spark
+        plans a stream writer, parsing the options, twice per micro-batch)."""
+        cache = cls.__dict__.get("_specs_cache")
+        if cache is None:
+            cache = tuple(cls._build_specs())
+            type.__setattr__(cls, "_specs_cache", cache)
+        return list(typing.cast(tuple[OptionSpec, ...], cache))
+
+    @classmethod
+    def _build_specs(cls) -> list[OptionSpec]:
         hints = cls._hints()
         result = []
         for f in dataclasses.fields(cls):

@@ -365,6 +365,14 @@ class FilePublisher:
     def is_committed(self, sink_id: str, batch_id: int) -> bool:
         return self.destination.exists(self.staging.marker_key(sink_id, batch_id))
 
+    def _moved(self, moves: list[tuple[str, str]]) -> list[tuple[str, str] | None]:
+        """:meth:`_move` of each; several side by side (object stores copy server-side,
+        one request per file), one on this thread (a small micro-batch's only file)."""
+        if len(moves) <= 1:
+            return [self._move(move) for move in moves]
+        with ThreadPoolExecutor(max_workers=min(MOVE_THREADS, len(moves))) as pool:
+            return list(pool.map(self._move, moves))
+
     def publish(
         self,
         sink_id: str,
@@ -429,9 +437,7 @@ class FilePublisher:
             self._delete_published(
                 str(manifest["replace_prefix"]), {dst for _, dst in moves}, batch_id, newer
             )
-        # object stores copy server-side, one request per file: run the moves side by side
-        with ThreadPoolExecutor(max_workers=min(MOVE_THREADS, max(1, len(moves)))) as pool:
-            missing = [m for m in pool.map(self._move, moves) if m is not None]
+        missing = [m for m in self._moved(moves) if m is not None]
         if missing:
             if overwrite and self._newer_committed(sink_id, batch_id):
                 return self._superseded(sink_id, batch_id)

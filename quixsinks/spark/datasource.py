@@ -56,6 +56,7 @@ from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
 from quixsinks.core.secrets import is_secret_name, scrubbed_errors
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
+from quixsinks.spark.timings import timed
 
 __all__ = ["QuixDataSource", "ReceiptMessage", "VersionMismatchError", "data_source_for"]
 
@@ -178,7 +179,10 @@ class QuixDataSource(DataSource):
 
     def _plan(self, schema: StructType, overwrite: bool, *, streaming: bool) -> Sink[Any, Any]:
         raw = self.options
-        with scrubbed_errors(lambda: [v for k, v in raw.items() if is_secret_name(k)]):
+        with (
+            timed(self.sink_class.name, "plan"),
+            scrubbed_errors(lambda: [v for k, v in raw.items() if is_secret_name(k)]),
+        ):
             return self._planned(schema, overwrite, streaming=streaming)
 
     def _planned(self, schema: StructType, overwrite: bool, *, streaming: bool) -> Sink[Any, Any]:
@@ -281,7 +285,7 @@ class _SinkWriter:
     @_surfaces_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         _ensure_logging()
-        with scrubbed_errors(self.sink.options.secret_values):
+        with timed(self.sink.name, "write"), scrubbed_errors(self.sink.options.secret_values):
             self._check_version()
             return self._write_task(iterator)
 
@@ -354,7 +358,7 @@ class _SinkWriter:
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
-        with scrubbed_errors(self.sink.options.secret_values):
+        with timed(self.sink.name, "commit"), scrubbed_errors(self.sink.options.secret_values):
             self._check_version()
             self._commit_batch(messages, batch_id)
 
@@ -390,7 +394,7 @@ class _SinkWriter:
 
     def _abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
-        with scrubbed_errors(self.sink.options.secret_values):
+        with timed(self.sink.name, "abort"), scrubbed_errors(self.sink.options.secret_values):
             self._abort_batch(messages, batch_id)
 
     def _abort_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -516,14 +520,40 @@ def _read_ahead(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[p
 
     Without it Spark's JVM stops handing rows over while the sink encodes or sends a
     SinkBatch (the socket between them fills up); with it the hand-over of the next
-    SinkBatch overlaps the sink's work on this one, on another core. The thread is the only
-    reader of Spark's iterator; an error it meets is raised here, in order. A consumer that
-    stops early (the sink failed) leaves the thread to finish its current read: the worker
-    process does not outlive a failed task.
+    SinkBatch overlaps the sink's work on this one, on another core. The first SinkBatch's
+    worth is read here, where there is nothing to overlap it with yet; only an input larger
+    than that starts the thread (a small micro-batch never does). The thread is then the
+    only reader of Spark's iterator; an error either meets is raised here, in order. A
+    consumer that stops early (the sink failed) leaves the thread to finish its current
+    read: the worker process does not outlive a failed task.
     """
-    ready: deque[pa.RecordBatch] = deque()
+    head: deque[pa.RecordBatch] = deque()
+    size, more, error = 0, False, None
+    try:
+        for batch in batches:
+            head.append(batch)
+            size += batch.nbytes
+            if size >= max_bytes:
+                more = True
+                break
+    except BaseException as exc:  # raised after the batches before it
+        error = exc
+    if not more:  # the whole input fits one SinkBatch: no thread
+        yield from head
+        if error is not None:
+            raise error
+        return
+    yield from _read_rest_ahead(head, size, batches, max_bytes)
+
+
+def _read_rest_ahead(
+    head: deque[pa.RecordBatch], size: int, batches: Iterator[pa.RecordBatch], max_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """``head`` (``size`` bytes, already read), then the rest of ``batches``, read by a
+    thread while at most about ``max_bytes`` wait, ``head``'s included."""
+    ready = head
     changed = threading.Condition()
-    state: dict[str, Any] = {"bytes": 0, "done": False, "error": None, "stopped": False}
+    state: dict[str, Any] = {"bytes": size, "done": False, "error": None, "stopped": False}
 
     def read() -> None:
         try:

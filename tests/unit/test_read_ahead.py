@@ -39,11 +39,43 @@ class Source:
             raise self.error
 
 
-def test_every_batch_arrives_in_order_from_another_thread() -> None:
+def test_every_batch_arrives_in_order_the_rest_from_another_thread() -> None:
+    """The first SinkBatch's worth (here one batch) is read on the task's thread, where
+    nothing could overlap it; the rest by the read-ahead thread."""
     source = Source(batches(50))
     out = list(_read_ahead(iter(source), max_bytes=1))  # at most one batch ahead
     assert [b.column(0)[0].as_py() for b in out] == [i * 100 for i in range(50)]
-    assert source.threads == {"quixsinks-read-ahead"}
+    assert source.threads == {threading.current_thread().name, "quixsinks-read-ahead"}
+
+
+def test_an_input_of_one_sinkbatch_starts_no_thread() -> None:
+    """A small micro-batch (the common streaming case) costs no thread start."""
+    source = Source(batches(3))
+    before = threading.active_count()
+    started: list[str] = []
+    original = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        original(thread)
+
+    threading.Thread.start = start  # type: ignore[method-assign]
+    try:
+        out = list(_read_ahead(iter(source), max_bytes=10**9))
+    finally:
+        threading.Thread.start = original  # type: ignore[method-assign]
+    assert len(out) == 3
+    assert started == []
+    assert source.threads == {threading.current_thread().name}
+    assert threading.active_count() == before
+
+
+def test_an_error_within_the_first_sinkbatch_comes_after_the_batches_before_it() -> None:
+    source = Source(batches(2), error=OSError("socket closed"))
+    reader = _read_ahead(iter(source), max_bytes=10**9)
+    assert len([next(reader), next(reader)]) == 2
+    with pytest.raises(OSError, match="socket closed"):
+        next(reader)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -67,8 +99,9 @@ def test_the_reader_runs_ahead_while_the_sink_works_but_at_most_max_bytes() -> N
 
 
 def test_an_error_of_sparks_iterator_comes_after_the_batches_before_it() -> None:
-    source = Source(batches(5), error=OSError("socket closed"))
-    reader = _read_ahead(iter(source), max_bytes=10**9)
+    items = batches(5)
+    source = Source(items, error=OSError("socket closed"))
+    reader = _read_ahead(iter(source), max_bytes=2 * items[0].nbytes)  # the thread meets it
     seen = [next(reader) for _ in range(5)]
     with pytest.raises(OSError, match="socket closed"):
         next(reader)
