@@ -20,82 +20,45 @@ It answers two questions of issue #31:
 
 Cases (the six mixed columns of the other pages): the floor, ``file`` Parquet and JSON,
 ``csvfile``, ``iceberg`` (a local SQL catalog), ``tsdatalake`` (hourly Hive partitions),
-Spark's own Parquet writer; and on one partition the floor, ``file`` Parquet and
-``iceberg`` with and without read-ahead.
+``influxdb3-lp`` (the ``influxdb3`` sink up to the request body: line protocol in Arrow,
+bodies of 10,000 lines, as ``bench_influxdb3``'s ``lp-generation``, with neither request
+nor server), Spark's own Parquet writer; and on one partition the floor, ``file`` Parquet
+and ``iceberg`` with and without read-ahead.
 
 Run: ``.venv/bin/python benchmarks/bench_cpu.py [--rows N] [--quick]``.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
 from harness import Bench, Case, Page
 from harness.session import NOOP_FORMAT
+from influx import sink_options
+
+from quixsinks.sinks.influxdb3 import InfluxDB3Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 FLOOR = "floor"
-TICKS = os.sysconf("SC_CLK_TCK")
+LINE_PROTOCOL_FORMAT = "influxdb3_cpu"
 
 
-def spark_cpu() -> tuple[float, float]:
-    """CPU seconds so far of Spark's JVM and of the processes descending from it."""
-    children: dict[int, list[int]] = {}
-    used: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                text = stat.read()
-        except OSError:  # ended meanwhile
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        pid = int(entry)
-        children.setdefault(int(fields[1]), []).append(pid)
-        used[pid] = (int(fields[11]) + int(fields[12])) / TICKS
-    jvm = _spark_jvm(children.get(os.getpid(), []))
-    workers, todo = 0.0, list(children.get(jvm, []))
-    while todo:
-        pid = todo.pop()
-        workers += used.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return used.get(jvm, 0.0), workers
+class LineProtocolSink(InfluxDB3Sink):
+    """The influxdb3 sink up to the request body: no ping, no request (this page starts no
+    server). Defined in the page, which Spark pickles by value."""
 
+    name: ClassVar[str] = LINE_PROTOCOL_FORMAT
 
-def _spark_jvm(children: list[int]) -> int:
-    """Which of this process's ``children`` is Spark's JVM (a server's JVM, e.g. an
-    emulator's, is a child too)."""
-    for pid in children:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                if b"org.apache.spark.deploy.SparkSubmit" in cmdline.read():
-                    return pid
-        except OSError:  # ended meanwhile
-            continue
-    raise RuntimeError("no Spark JVM among this process's children")
+    def preflight(self) -> None:
+        pass
 
-
-def measured(
-    bench: Bench, name: str, write: Callable[[DataFrame, str], None]
-) -> Callable[..., Any]:
-    """``write``, recording the CPU seconds of each call in ``bench.state['cpu'][name]``."""
-
-    def run(df: DataFrame, path: str) -> None:
-        jvm0, workers0 = spark_cpu()
-        write(df, path)
-        jvm1, workers1 = spark_cpu()
-        bench.state.setdefault("cpu", {}).setdefault(name, []).append(
-            (jvm1 - jvm0, workers1 - workers0)
-        )
-
-    return run
+    def _send(self, body: bytes) -> bool:
+        return True
 
 
 def _sink(fmt: str, partitions: int | None = None, **options: str) -> Callable[..., None]:
@@ -132,6 +95,8 @@ LAKE = {
     "timestamp_column": "timestamp",
 }
 NO_READ_AHEAD = {"read_ahead": "false"}
+#: bench_influxdb3's options; the host is never asked (no preflight, no request)
+LINE_PROTOCOL = sink_options(host="http://127.0.0.1:9", token="unused", database="bench")
 
 #: name -> (write, description, rows check)
 SPECS: dict[str, tuple[Callable[..., None], str, Callable[[str], int] | None]] = {
@@ -141,6 +106,11 @@ SPECS: dict[str, tuple[Callable[..., None], str, Callable[[str], int] | None]] =
     "csvfile": (_sink("csvfile", path="{path}"), "`csvfile`", None),
     "iceberg": (_sink("iceberg", **ICEBERG), "`iceberg`, local SQL catalog", _iceberg_rows),
     "tsdatalake": (_sink("tsdatalake", **LAKE), "`tsdatalake`, hourly partitions", None),
+    "influxdb3-lp": (
+        _sink(LINE_PROTOCOL_FORMAT, **LINE_PROTOCOL),
+        "`influxdb3` line protocol, no request",
+        None,
+    ),
     "spark-parquet": (_spark_parquet, "Spark's own Parquet writer (JVM only)", _files),
     "floor-1p": (_sink(NOOP_FORMAT, 1), "the floor, one partition", None),
     "floor-1p-nora": (
@@ -170,22 +140,21 @@ SPECS: dict[str, tuple[Callable[..., None], str, Callable[[str], int] | None]] =
 def cases(bench: Bench) -> list[Case]:
     found = []
     for name, (write, description, count) in SPECS.items():
-        found.append(Case(name, measured(bench, name, write), description, count_rows=count))
+        found.append(Case(name, write, description, count_rows=count))
     return found
 
 
 def notes(bench: Bench) -> str:
-    """The CPU table: per case the median over its runs (warm-up included)."""
-    cpu: dict[str, list[tuple[float, float]]] = bench.state.get("cpu", {})
-    results = {r.name: r for r in bench.results}
-    if FLOOR not in cpu or FLOOR not in results:
+    """The CPU table: per case the median over its timed runs (the harness's CPU figures
+    of each run, ``CaseResult.cpu``)."""
+    results = {r.name: r for r in bench.results if r.cpu}
+    if FLOOR not in results:
         return ""
     table: dict[str, dict[str, float]] = {}
-    for name, runs in cpu.items():
-        jvm = statistics.median(r[0] for r in runs)
-        workers = statistics.median(r[1] for r in runs)
-        result = results.get(name)
-        wall = result.median_seconds if result and result.median_seconds else None
+    for name, result in results.items():
+        jvm = statistics.median(run["jvm"] for run in result.cpu)
+        workers = statistics.median(run["workers"] for run in result.cpu)
+        wall = result.median_seconds or None
         table[name] = {
             "jvm_cpu_s": round(jvm, 3),
             "python_cpu_s": round(workers, 3),
@@ -198,7 +167,7 @@ def notes(bench: Bench) -> str:
         row["cpu_bound"] = round(base / row["cpu_s"], 3) if row["cpu_s"] else 0.0
     bench.extra["cpu"] = table
     lines = [
-        "CPU seconds per run (median of every run of the case, warm-up included) of Spark's "
+        "CPU seconds per run (median of the case's timed runs) of Spark's "
         "JVM and of its Python workers; *cores busy* = CPU seconds / median wall seconds; "
         "*CPU bound* = the floor's CPU seconds / the case's: what the case's ratio to the floor "
         "cannot beat once the floor keeps every core busy; for `-1p` cases both are against "
@@ -234,6 +203,7 @@ PAGE = Page(
     notes=notes,
     floor=FLOOR,
     repeat=4,
+    sinks=(LineProtocolSink,),
 )
 
 main = PAGE.main

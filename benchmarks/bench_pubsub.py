@@ -61,7 +61,7 @@ class Server(Destination):
         self.emulator.create_topic(topic_of(path), ordering=False)
 
     def count_rows(self, path: str) -> int:
-        return len(self.emulator.pull_all(topic_of(path), idle_seconds=2.0))
+        return self.emulator.count_all(topic_of(path), idle_seconds=2.0)
 
     def cleanup(self, path: str) -> None:
         topic = topic_of(path)

@@ -10,6 +10,8 @@ One module per job:
   it), shared between pages in the quick run;
 * ``timing``: cases, warm-up and interleaved runs, ratios against the baseline of the
   same run, targets;
+* ``cpu``: the CPU seconds each run costs the driver, Spark's JVM, its Python workers and
+  the servers, from ``/proc``;
 * ``results``: ``<out>/<name>.json`` and ``.md``, the machine's facts;
 * ``page``: :class:`Page`, :class:`Bench` and :func:`run`, the ``main`` of every page;
 * ``plot``: one chart per result (``make bench`` runs it).

@@ -248,6 +248,7 @@ TARGETS: tuple[Target, ...] = (
         0.85,
         "Arrow to line protocol runs in the task after each batch's arrival (escaping and "
         "number-to-text kernels, then one join per body); not profiled since the run.",
+        cpu="influxdb3-lp",
     ),
     Target(
         "`redis` >= 0.9 of the server's ceiling",
@@ -364,8 +365,10 @@ def judge(pages: Mapping[str, Mapping[str, Any]], target: Target) -> dict[str, A
     """``target`` judged on its page's results."""
     best, median = ratio(pages, target.page, target.case, target.against)
     bound = None  # the floor against the same case: what no Python sink can beat
+    cpu_bound = None
     if target.against != FLOOR:
         bound = round(ratio(pages, target.page, FLOOR, target.against)[0], 3)
+        cpu_bound = cores_bound(pages, target.page, target.case, target.against)
     elif target.cpu is not None and "cpu" in pages:
         # against the floor: the floor keeps every core busy, so the CPU ratio bounds it
         cpu = pages["cpu"].get("cpu", {})
@@ -382,8 +385,28 @@ def judge(pages: Mapping[str, Mapping[str, Any]], target: Target) -> dict[str, A
         "median_round_ratio": None if median is None else round(median, 3),
         "passed": best >= target.min_ratio,
         "floor_bound": bound,
+        "cpu_bound": cpu_bound,
         "why": target.why,
     }
+
+
+def cores_bound(
+    pages: Mapping[str, Mapping[str, Any]], page: str, case: str, against: str
+) -> float | None:
+    """What the CPU a run of ``case`` costs lets its rows/s reach against ``against``'s.
+
+    A run cannot take less wall time than its CPU seconds (the driver, Spark's JVM and
+    Python workers, the servers the page started: ``harness.cpu``) spread over every core
+    of the machine, so ``case``'s rows/s is at most rows x cores / CPU seconds. None when
+    the page did not record CPU (pages run before it did)."""
+    a, b = _case(pages, page, case), _case(pages, page, against)
+    machine = pages[page].get("machine", {})
+    cores = machine.get("host_cores") or machine.get("cores")
+    rows = a.get("rows") or machine.get("rows")
+    if not a.get("cpu_s") or not cores or not rows or not b.get("rows_per_s"):
+        return None
+    best_rows_per_s = float(rows) * float(cores) / float(a["cpu_s"])
+    return round(best_rows_per_s / float(b["rows_per_s"]), 3)
 
 
 def summarize(
@@ -495,9 +518,11 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "the floor's own ratio to that case, which a sink on Spark's Python data source "
         "cannot beat; for a target against the floor, the CPU bound (`bench_cpu.py`: the "
         "floor keeps both cores busy, so the floor's CPU seconds over the case's cap the "
-        "ratio). A target above its bound is out of reach on this machine unless the "
-        "sink's own work gets cheaper. Where one is missed, *why* says where the time goes "
-        "and what would close it.",
+        "ratio); *CPU* (a target against a server's ceiling): the rows/s the CPU seconds "
+        "of the case's runs (Spark, its workers and the server, `harness/cpu.py`) allow "
+        "on every core of the machine, over the ceiling's rows/s. A target above its bound "
+        "is out of reach on this machine unless the sink's own work gets cheaper. Where "
+        "one is missed, *why* says where the time goes and what would close it.",
         "",
         "| target | measured | bound | result | why, when missed |",
         "| --- | --- | --- | --- | --- |",
@@ -514,6 +539,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         result = {True: "met", False: "**missed**", None: "not measured"}[t.get("passed")]
         why = "" if t.get("passed") else t.get("why", "").replace("|", "/")
         bound = "" if t.get("floor_bound") is None else f"{t['floor_bound']:.2f}x"
+        if t.get("cpu_bound") is not None:
+            bound += f"{', ' if bound else ''}{t['cpu_bound']:.2f}x CPU"
         lines.append(f"| {t['target']} | {measured} | {bound} | {result} | {why} |")
     return "\n".join(lines) + "\n"
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import cpu
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -137,6 +139,10 @@ class CaseResult:
             on a busy machine, reported for judging noise.
         target, passed: the ratio this case must reach and whether ``ratio_to_floor`` did.
         rows: the rows the case wrote per run (``Case.rows``, else all of them).
+        cpu: per timed run (the warm-up of a ``--quick`` run), the CPU seconds it cost
+            (:mod:`harness.cpu`): ``driver`` (this process), ``jvm`` (Spark's),
+            ``workers`` (its Python workers), ``others`` (servers and tools this process
+            started), ``total``; ``cpu_s``: the median run's total.
     """
 
     name: str
@@ -153,6 +159,8 @@ class CaseResult:
     target: float | None = None
     passed: bool | None = None
     rows: int | None = None
+    cpu: list[dict[str, float]] = field(default_factory=list)
+    cpu_s: float | None = None
 
 
 def selected_cases(spec: str | None, names: Sequence[str], *, floor: str) -> set[str]:
@@ -169,13 +177,19 @@ def selected_cases(spec: str | None, names: Sequence[str], *, floor: str) -> set
     return wanted | {floor}
 
 
-def _timed(case: Case, df: DataFrame, workdir: Path, run: str) -> tuple[float, str]:
+def _timed(
+    case: Case, df: DataFrame, workdir: Path, run: str
+) -> tuple[float, str, dict[str, float]]:
+    """One run of ``case``: its seconds, its path and the CPU seconds it cost."""
     path = str(workdir / f"{case.name}-{run}")
     if case.setup is not None:
         case.setup(path)
+    cpu_before = cpu.sample()
     started = time.perf_counter()
     case.write(df, path)
-    return time.perf_counter() - started, path
+    seconds = time.perf_counter() - started
+    used = cpu.sample() - cpu_before
+    return seconds, path, used.as_dict()
 
 
 def _remove(path: str) -> None:
@@ -237,7 +251,7 @@ def run_cases(
     }
     try:
         for case in cases:
-            seconds, path = _timed(case, df, base, "warmup")
+            seconds, path, used = _timed(case, df, base, "warmup")
             result = results[case.name]
             result.warmup_seconds = seconds
             try:
@@ -247,11 +261,13 @@ def run_cases(
             log(f"  warm-up {case.name:<16} {seconds:8.2f} s")
             if repeat == 0:
                 result.seconds.append(seconds)
+                result.cpu.append(used)
         for round_ in range(repeat):
             for case in cases:
-                seconds, path = _timed(case, df, base, f"run{round_}")
+                seconds, path, cpu = _timed(case, df, base, f"run{round_}")
                 cleanup_run(case, path)
                 results[case.name].seconds.append(seconds)
+                results[case.name].cpu.append(cpu)
                 log(f"  run {round_ + 1}/{repeat} {case.name:<16} {seconds:8.2f} s")
     finally:
         if own_tmp:
@@ -276,6 +292,8 @@ def _ratios(results: Mapping[str, CaseResult], floor: str, rows: int) -> None:
             scale * f / s for f, s in zip(floor_runs, result.seconds, strict=True)
         ]
         result.median_ratio_to_floor = statistics.median(result.round_ratios)
+        if result.cpu:
+            result.cpu_s = statistics.median(c["total"] for c in result.cpu)
         if result.target is not None:
             result.passed = result.ratio_to_floor >= result.target
 

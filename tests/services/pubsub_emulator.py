@@ -157,6 +157,10 @@ class PubSubEmulator(ProcessService):
         pulls until ``idle_seconds`` pass with nothing new."""
         return list(self._pull(topic, idle_seconds=idle_seconds, limit=limit))
 
+    def count_all(self, topic: str, *, idle_seconds: float = 1.0, limit: int = 1000) -> int:
+        """How many messages :meth:`pull_all` would return, without holding them."""
+        return sum(1 for _ in self._pull(topic, idle_seconds=idle_seconds, limit=limit))
+
     def _pull(self, topic: str, *, idle_seconds: float, limit: int) -> Iterator[Any]:
         from google.api_core.exceptions import DeadlineExceeded
 

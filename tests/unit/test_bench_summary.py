@@ -121,3 +121,23 @@ def test_a_target_against_the_floor_is_bounded_by_the_cpu_pages_figures(
     missing = summary.Target("x", "redis", "redis-string", "noop-arrow", 0.85, cpu="other")
     with pytest.raises(summary.SummaryError, match="no CPU figures of case 'other'"):
         summary.judge(pages, missing)
+
+
+def test_a_target_against_a_ceiling_is_bounded_by_the_cpu_its_runs_cost(
+    summary: ModuleType,
+) -> None:
+    """1,000 rows a run costing 5 CPU-s on 2 cores take at least 2.5 s: 400 rows/s at
+    best, 0.8x of a 500 rows/s ceiling; a target of 0.9x is out of reach."""
+    pages = _pages()
+    target = summary.Target("redis at the ceiling", "redis", "redis-string", "server-limit", 0.9)
+    assert summary.judge(pages, target)["cpu_bound"] is None  # a page without CPU figures
+    pages["redis"]["machine"]["host_cores"] = 2
+    pages["redis"]["cases"]["redis-string"]["cpu_s"] = 5.0
+    judged = summary.judge(pages, target)
+    assert judged["cpu_bound"] == pytest.approx(0.8)
+    line = next(
+        row
+        for row in summary.markdown({"sinks": [], "targets": [judged]}).splitlines()
+        if row.startswith("| redis at the ceiling")
+    )
+    assert "| 2.00x, 0.80x CPU |" in line

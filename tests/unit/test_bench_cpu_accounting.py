@@ -1,0 +1,57 @@
+"""The benchmarks' CPU accounting (benchmarks/harness/cpu.py): what a run cost, by process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="reads /proc: Linux only, as the benchmarks"
+)
+
+BUSY = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+
+
+@pytest.fixture(scope="module")
+def cpu() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "benchmarks" / "harness"))
+    try:
+        import cpu  # the harness's cpu module, standalone (os only)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "harness"))
+    return cpu
+
+
+def test_a_child_that_runs_and_ends_is_counted_as_another_process(cpu: ModuleType) -> None:
+    """A tool run to its end (redis-benchmark, say) is waited for: its CPU arrives through
+    this process's cutime, under ``others``; no Spark runs here, so no JVM or workers."""
+    before = cpu.sample()
+    subprocess.run([sys.executable, "-c", BUSY], check=True)
+    used = cpu.sample() - before
+    assert used.others >= 0.25
+    assert used.jvm == 0.0
+    assert used.workers == 0.0
+    assert used.total == pytest.approx(used.driver + used.others)
+    assert used.as_dict()["total"] == pytest.approx(round(used.total, 3))
+
+
+def test_a_running_child_is_counted_while_it_runs(cpu: ModuleType) -> None:
+    child = subprocess.Popen([sys.executable, "-c", BUSY + "import sys\nsys.stdin.read()\n"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        before = cpu.sample()
+        # busy for 0.3 s of CPU, then waiting on stdin: its CPU is counted while alive
+        while (cpu.sample() - before).others < 0.15:
+            assert child.poll() is None
+        assert cpu.parent_of(child.pid) is not None
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    assert cpu.parent_of(child.pid) is None  # reaped: gone from /proc
