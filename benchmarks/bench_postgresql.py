@@ -21,7 +21,11 @@ from ``tests/services/postgres.py``: fsync off) take the same cached DataFrame
   timed on a sample when the full rows would take
   more than a minute;
 * ``psql-copy``: ``psql -c "\\copy t FROM 'file' CSV"`` of a CSV file of the same rows,
-  prepared once: the server's own limit.
+  prepared once: the server's own limit;
+* ``psql-staged``: the exactly-once design at its best, without Spark: one ``psql
+  \\copy`` per core side by side, each of its share of the rows into a staging table of
+  its own, then one transaction of INSERT ... SELECT from each and DROP: what a sink that
+  keeps a micro-batch invisible until one commit transaction cannot beat.
 
 Every run writes into a fresh, empty table with the same six columns (the sink creates
 its own, with ``include_metadata=false``, ``key_column=none``, ``timestamp_column=none``);
@@ -218,6 +222,70 @@ def psql_case(target: Target, arrow: Any, csv_path: Path) -> Case:
     )
 
 
+def staged_case(target: Target, arrow: Any, folder: Path) -> Case:
+    """The default write mode's design at its best, without Spark: one ``psql \\copy``
+    per core side by side, each of its share of the rows (CSV files written beforehand)
+    into a staging table of its own, then one transaction that copies every staging table
+    into the table with INSERT ... SELECT and drops it. No sink keeping a micro-batch's
+    rows invisible until its commit (one transaction, as PostgreSQL offers) beats this."""
+    import pyarrow.csv as pa_csv
+
+    parts = max(1, target.cores)
+    options = pa_csv.WriteOptions(include_header=False, quoting_style="needed")
+    files = []
+    for part in range(parts):
+        start, end = arrow.num_rows * part // parts, arrow.num_rows * (part + 1) // parts
+        path = folder / f"rows-{part}.csv"
+        if "'" in str(path):
+            raise ValueError(f"the CSV path must not contain a quote: {path}")
+        pa_csv.write_csv(arrow.slice(start, end - start), str(path), write_options=options)
+        files.append(path)
+    env = target.server.psql_env(target.dbname)
+    psql = [target.psql, "-X", "-q", "-v", "ON_ERROR_STOP=1"]
+
+    def write(df: DataFrame, path: str) -> None:
+        table = table_for(path)
+        stages = [f"{table}_stage{part}" for part in range(parts)]
+        copies = [
+            subprocess.Popen(
+                [
+                    *psql,
+                    "-c",
+                    f'CREATE TABLE public."{stage}" (LIKE public."{table}")',
+                    "-c",
+                    f"\\copy public.\"{stage}\" FROM '{file}' CSV",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for stage, file in zip(stages, files, strict=True)
+        ]
+        for copy in copies:
+            _, err = copy.communicate(timeout=1800)
+            if copy.returncode:
+                raise RuntimeError(f"psql-staged: {err.decode(errors='replace')}")
+        moves = " ".join(
+            f'INSERT INTO public."{table}" SELECT * FROM public."{stage}"; '
+            f'DROP TABLE public."{stage}";'
+            for stage in stages
+        )
+        subprocess.run(
+            [*psql, "-c", f"BEGIN; {moves} COMMIT;"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
+
+    return target.case(
+        "psql-staged",
+        write,
+        f"psql: {parts} \\copy side by side into a staging table each, then one "
+        "INSERT ... SELECT transaction (the exactly-once design's own limit)",
+    )
+
+
 @dataclass
 class QuixFeed:
     """Quix Streams' PostgreSQLSink and the rows it is fed (built once, outside timing)."""
@@ -305,6 +373,8 @@ def cases(bench: Bench) -> list[Case]:
         )
     if bench.wants("psql-copy"):
         found.append(psql_case(target, bench.arrow(), bench.workdir / "rows.csv"))
+    if bench.wants("psql-staged"):
+        found.append(staged_case(target, bench.arrow(), bench.workdir))
     return found
 
 
@@ -324,7 +394,10 @@ on the JDBC URL (the driver sends multi-row INSERTs; tuned JDBC, the 1.5x target
 row (value = the row's six columns as a dict) and one `flush()` in the driver process,
 the rows read from the cached DataFrame beforehand{quix_sample}. `psql-copy` is
 `psql -c "\\copy t FROM 'file' CSV"` of a CSV file of all rows written beforehand
-(pyarrow, the same CSV dialect as the sink's COPY). `vs floor` is rows/s over
+(pyarrow, the same CSV dialect as the sink's COPY); `psql-staged` is {cores} such `\\copy`
+side by side, each of its share of the rows into a staging table of its own, then one
+transaction of `INSERT ... SELECT` from each and `DROP`: the exactly-once design's own
+limit, without Spark. `vs floor` is rows/s over
 `noop-arrow`'s (quixsinks' Arrow writer path with a do-nothing sink).
 """
 
@@ -369,6 +442,7 @@ PAGE = Page(
         "spark-jdbc-rewrite",
         "quix-postgresql",
         "psql-copy",
+        "psql-staged",
     ),
     targets=(
         ("sink-exactly-once", "spark-jdbc", 3.0),

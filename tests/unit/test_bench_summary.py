@@ -141,3 +141,19 @@ def test_a_target_against_a_ceiling_is_bounded_by_the_cpu_its_runs_cost(
         if row.startswith("| redis at the ceiling")
     )
     assert "| 2.00x, 0.80x CPU |" in line
+
+
+def test_a_target_can_be_bounded_by_what_its_design_costs_without_spark(
+    summary: ModuleType,
+) -> None:
+    """PostgreSQL's staged design copies every row twice: a case doing just that, without
+    Spark, bounds what the sink can reach against the same peer."""
+    pages = _pages()
+    pages["redis"]["cases"]["staged"] = {"name": "staged", "rows_per_s": 400.0}
+    target = summary.Target(
+        "redis at the ceiling", "redis", "redis-string", "server-limit", 0.95, design="staged"
+    )
+    judged = summary.judge(pages, target)
+    assert judged["design_bound"] == pytest.approx(0.8)
+    table = summary.markdown({"sinks": [], "targets": [judged]})
+    assert "| 2.00x, 0.80x `staged` |" in table
