@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.harness_modules import harness_module
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="reads /proc: Linux only, as the benchmarks"
@@ -20,12 +20,7 @@ BUSY = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() 
 
 @pytest.fixture(scope="module")
 def cpu() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks" / "harness"))
-    try:
-        import cpu  # the harness's cpu module, standalone (os only)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "harness"))
-    return cpu
+    return harness_module("cpu")  # standalone: os only
 
 
 def test_a_child_that_runs_and_ends_is_counted_as_another_process(cpu: ModuleType) -> None:

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.harness_modules import harness_module
 
 
 @pytest.fixture(scope="module")
 def summary() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks" / "harness"))
-    try:
-        import summary  # the harness's summary module, standalone (json and the results)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks" / "harness"))
-    return summary
+    return harness_module("summary")  # standalone: json and the results
 
 
 def test_the_docs_summary_is_what_the_committed_results_give(summary: ModuleType) -> None:
