@@ -151,3 +151,13 @@ def test_a_target_can_be_bounded_by_what_its_design_costs_without_spark(
     assert judged["design_bound"] == pytest.approx(0.8)
     table = summary.markdown({"sinks": [], "targets": [judged]})
     assert "| 2.00x, 0.80x `staged` |" in table
+
+
+def test_a_target_against_a_case_of_the_cpu_page_is_bounded_by_their_cpu_seconds(
+    summary: ModuleType,
+) -> None:
+    pages = _pages()
+    pages["cpu"] = {"cases": {}, "cpu": {"a": {"cpu_s": 5.0}, "spark": {"cpu_s": 4.0}}}
+    target = summary.Target("a vs Spark", "redis", "redis-string", "server-limit", 0.85, cpu="a")
+    pages["cpu"]["cpu"]["server-limit"] = pages["cpu"]["cpu"].pop("spark")
+    assert summary.judge(pages, target)["cpu_bound"] == pytest.approx(0.8)
