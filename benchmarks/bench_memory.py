@@ -14,15 +14,18 @@ by this page; a reused worker would carry one run's peak into the next), forked 
 ``pyspark.daemon``; a thread of this process reads ``/proc/<pid>/status`` of every worker
 descending from this process every 10 ms, so another Spark on the machine is not counted.
 A worker that lives less than 10 ms may be missed, which no worker writing a partition
-does. Two sinks run scaled down, still four times as many rows in the large run (the table
-says how many): ``kinesis``, whose kinesalite takes about 5,000 rows a second here (8M rows
-would take half an hour), and ``pubsub``, whose emulator keeps every message in its own
-heap until the row check pulls them back, 1,000 per request.
+does. Three sinks run scaled down, still four times as many rows in the large run (the
+table says how many): ``kinesis``, whose kinesalite takes about 5,000 rows a second here,
+``mqtt`` (QoS 1 on one partition: 2M rows took about 8 minutes here, 8M would take half an
+hour) and ``pubsub``, whose emulator keeps every message in its own heap until the row
+check pulls them back, 1,000 per request.
 
 Target (issue #31): peak RSS at ``--large`` rows <= 1.3x the peak at ``--rows``, for every
 sink. ``rows_per_s`` of a case is its large run's rate (informational, one run).
 
-Run: ``.venv/bin/python benchmarks/bench_memory.py [--rows N] [--large N] [--cases a,b]``.
+Run: ``.venv/bin/python benchmarks/bench_memory.py [--rows N] [--large N] [--cases a,b]
+[--keep]`` (``--keep``: the results keep the other cases of the earlier results file, each
+marked with its run's date).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ SUBJECTS = (
     Subject("tsdatalake", "bench_tsdatalake", "tsdatalake"),
     Subject("bigquery", "bench_bigquery", "bigquery"),
     Subject("pubsub", "bench_pubsub", "pubsub", scale=4),
-    Subject("mqtt", "bench_mqtt", "mqtt"),
+    Subject("mqtt", "bench_mqtt", "mqtt", scale=20),
     Subject("kinesis", "bench_kinesis", "kinesis", scale=100),
 )
 CASE_NAMES = tuple(s.name for s in SUBJECTS)
@@ -274,15 +277,34 @@ def measure(bench: Bench) -> str:
         info = machine_info(spark, rows=small, large=large, partitions=1, **conf)
     finally:
         close_session(spark)
+    if args.keep:
+        cases = kept_cases(args.out / f"{PAGE.name}.json", cases)
+    document = results_document(info, cases, bench.skipped, failed, small, large)
+    text = markdown(document)
+    write_measured(bench, document, text)
+    if failed:
+        raise RuntimeError(f"memory benchmark: {', '.join(failed)} failed (see the log)")
+    return text
+
+
+def results_document(
+    info: dict[str, Any],
+    cases: dict[str, Any],
+    skipped: dict[str, str],
+    failed: dict[str, str],
+    small: int,
+    large: int,
+) -> dict[str, Any]:
+    """The page's results file: the cases and the target judged on them."""
     measured = [c for n, c in cases.items() if n != FLOOR]
     worst = max(measured, key=lambda c: c["ratio"], default=None)
-    document = {
+    return {
         "benchmark": PAGE.name,
         "title": TITLE,
         "machine": info,
         "floor": FLOOR,
         "cases": cases,
-        "skipped": bench.skipped,
+        "skipped": skipped,
         "failed": failed,
         "bars": {
             "value": "large.peak_rss_mb",
@@ -302,11 +324,24 @@ def measure(bench: Bench) -> str:
             }
         ],
     }
-    text = markdown(document)
-    write_measured(bench, document, text)
-    if failed:
-        raise RuntimeError(f"memory benchmark: {', '.join(failed)} failed (see the log)")
-    return text
+
+
+def kept_cases(earlier: Path, cases: dict[str, Any]) -> dict[str, Any]:
+    """``cases``, with every case of the ``earlier`` results file that this run did not
+    measure, marked with the date of the run that did; in the page's order."""
+    import json
+
+    if not earlier.is_file():
+        return cases
+    old = json.loads(earlier.read_text())
+    merged = dict(cases)
+    for name, case in old.get("cases", {}).items():
+        if name not in merged:
+            merged[name] = {**case, "date": case.get("date") or old["machine"].get("date")}
+    order = [FLOOR, *CASE_NAMES]
+    return {
+        n: merged[n] for n in sorted(merged, key=lambda n: order.index(n) if n in order else 99)
+    }
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -316,28 +351,35 @@ def markdown(document: dict[str, Any]) -> str:
         "",
         f"One partition per run, local[{machine.get('cores', 2)}]; Python "
         f"{machine.get('python')}, PySpark {machine.get('pyspark')}, pyarrow "
-        f"{machine.get('pyarrow')}; {machine.get('date')}.",
+        f"{machine.get('pyarrow')}; {machine.get('date')} (a case kept from an earlier run "
+        "shows that run's date).",
         "",
-        "| case | rows small / large | peak RSS MiB small | large | large / small | flat |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| case | rows small / large | peak RSS MiB small | large | large / small | flat | run |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for name, case in document["cases"].items():
         small, large = case["small"], case["large"]
         flat = {True: "yes", False: "**no**", None: "(floor)"}[case["passed"]]
+        run = str(case.get("date") or machine.get("date") or "")[:10]
         lines.append(
             f"| {name} | {small['rows']:,} / {large['rows']:,} | {small['peak_rss_mb']:.0f} "
-            f"| {large['peak_rss_mb']:.0f} | {case['ratio']:.2f} | {flat} |"
+            f"| {large['peak_rss_mb']:.0f} | {case['ratio']:.2f} | {flat} | {run} |"
         )
     for name, reason in document["skipped"].items():
-        lines.append(f"| {name} | | | | | skipped: {reason} |")
+        lines.append(f"| {name} | | | | | skipped: {reason} | |")
     for name, error in document["failed"].items():
-        lines.append(f"| {name} | | | | | **failed**: {error.replace('|', '/')} |")
+        lines.append(f"| {name} | | | | | **failed**: {error.replace('|', '/')} | |")
     return "\n".join(lines) + "\n"
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--large", type=int, default=8_000_000, help="rows of the large run (default 8M)"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the cases of <out>/memory.json this run does not measure (with --cases)",
     )
 
 
