@@ -298,6 +298,7 @@ def results_document(
     """The page's results file: the cases and the target judged on them."""
     measured = [c for n, c in cases.items() if n != FLOOR]
     worst = max(measured, key=lambda c: c["ratio"], default=None)
+    floor = cases.get(FLOOR)
     return {
         "benchmark": PAGE.name,
         "title": TITLE,
@@ -320,7 +321,14 @@ def results_document(
                 else not failed and all(c["passed"] for c in measured),
                 "why": ", ".join(
                     f"{c['name']} {c['ratio']:.2f}x" for c in measured if not c["passed"]
+                )
+                + (
+                    f"; the floor itself (a sink that keeps nothing) {floor['ratio']:.2f}x"
+                    if floor
+                    else ""
                 ),
+                # what Spark's hand-over alone grows by: a bound no sink is asked to beat
+                "floor_bound": floor["ratio"] if floor else None,
             }
         ],
     }
