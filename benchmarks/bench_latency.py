@@ -489,7 +489,7 @@ def own_summary(runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]]) ->
     """Median over rounds of a case's own time per micro-batch, and of its excess over the
     floor's own time in the same round; {} unless every round has it."""
     pairs = list(zip(runs, floor_runs, strict=True))
-    if not pairs or any("own" not in r or "own" not in f for r, f in pairs):
+    if not pairs or any(not r.get("own") or not f.get("own") for r, f in pairs):
         return {}
     keys = runs[0]["own"].keys()
     own: dict[str, Any] = {k: statistics.median(r["own"][k] for r in runs) for k in keys}
@@ -665,8 +665,9 @@ def timed(
             if len(measured) < batches:
                 raise RuntimeError(f"{sink.name}: {len(measured)} batches, expected {batches}")
             stats = summary(measured)
-            if timings is not None and sink.name != "spark-noop":
-                stats["own"] = timings.per_batch(window_start, time.time())
+            own = None if timings is None else timings.per_batch(window_start, time.time())
+            if own is not None and sink.name != "spark-noop":
+                stats["own"] = own
             rounds[sink.name].append(stats)
             log(
                 f"  round {round_ + 1}/{counts['repeat']} {sink.name:<11} "
