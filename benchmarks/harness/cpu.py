@@ -3,9 +3,10 @@ Spark's JVM, its Python workers, and every other descendant (the servers a page 
 tools such as ``redis-benchmark``).
 
 One :func:`sample` reads ``/proc/<pid>/stat`` of every process once. A descendant that
-ended and was waited for is counted through this process's ``cutime``/``cstime``; one
-that ended between two samples without being waited for (a Python worker Spark's daemon
-forked and reaped) loses its CPU, which worker reuse makes rare. A server that detaches
+ended and was waited for is counted through its parent's ``cutime``/``cstime`` (a tool
+this process ran to its end, a Python worker Spark's daemon forked and reaped), as long as
+that parent lives; only a process whose parent did not wait for it, or ended too, loses
+its CPU. A server that detaches
 (re-parents itself to init) is not a descendant and is not counted: a bound computed from
 these figures can only be too generous, never too strict.
 """
@@ -73,7 +74,8 @@ class CpuSample:
 def sample() -> CpuSample:
     """This process's and its descendants' CPU seconds so far, by kind."""
     children: dict[int, list[int]] = {}
-    used: dict[int, float] = {}
+    used: dict[int, float] = {}  # the process's own CPU
+    waited: dict[int, float] = {}  # its ended children's, once it waited for them
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -83,15 +85,15 @@ def sample() -> CpuSample:
         pid = int(entry)
         children.setdefault(int(fields[1]), []).append(pid)
         used[pid] = (int(fields[11]) + int(fields[12])) / TICKS
+        waited[pid] = (int(fields[13]) + int(fields[14])) / TICKS
     me = os.getpid()
-    own = _stat(me) or ["0"] * 15
-    waited = (int(own[13]) + int(own[14])) / TICKS  # ended children this process waited for
     jvm = _spark_jvm(children.get(me, []))
-    workers = _tree(children, jvm, used) if jvm is not None else 0.0
-    others = waited
+    # what the JVM waited for were its workers (Python daemons, workers)
+    workers = waited[jvm] + _tree(children, jvm, used, waited) if jvm is not None else 0.0
+    others = waited.get(me, 0.0)  # the tools this process ran to their end
     for child in children.get(me, []):
         if child != jvm:
-            others += used.get(child, 0.0) + _tree(children, child, used)
+            others += used[child] + waited[child] + _tree(children, child, used, waited)
     return CpuSample(
         driver=used.get(me, 0.0),
         jvm=used.get(jvm, 0.0) if jvm is not None else 0.0,
@@ -100,12 +102,14 @@ def sample() -> CpuSample:
     )
 
 
-def _tree(children: dict[int, list[int]], root: int, used: dict[int, float]) -> float:
-    """CPU of ``root``'s descendants (``root`` itself excluded)."""
+def _tree(
+    children: dict[int, list[int]], root: int, used: dict[int, float], waited: dict[int, float]
+) -> float:
+    """CPU of ``root``'s descendants (``root`` itself excluded), ended ones included."""
     total, todo = 0.0, list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        total += used.get(pid, 0.0)
+        total += used[pid] + waited[pid]
         todo += children.get(pid, [])
     return total
 

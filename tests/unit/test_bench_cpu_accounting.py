@@ -50,3 +50,26 @@ def test_a_running_child_is_counted_while_it_runs(cpu: ModuleType) -> None:
         child.stdin.close()
         child.wait()
     assert cpu.parent_of(child.pid) is None  # reaped: gone from /proc
+
+
+def test_a_grandchild_reaped_by_its_parent_stays_counted(cpu: ModuleType) -> None:
+    """As Spark's Python daemon forks a worker and reaps it: the ended grandchild's CPU
+    moves into its parent's cutime, and no sample may lose it (nor go negative)."""
+    script = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {BUSY!r}], check=True)\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    before = cpu.sample()
+    child = subprocess.Popen([sys.executable, "-c", script],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "done\n"  # the grandchild ended and was reaped
+        used = cpu.sample() - before
+        assert used.others >= 0.25
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
