@@ -36,42 +36,27 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from harness import Bench, Case, Page
 from influx import (
     BATCH_SIZE,
     FIELDS,
     MEASUREMENT,
+    NOSEND_FORMAT,
     POINTS,
     TAGS,
     TIME,
     Influx,
+    NoSendSink,
     QuixFeed,
     database_for,
     influxd_version,
     sink_options,
 )
 
-from quixsinks.sinks.influxdb3 import InfluxDB3Sink
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-NOSEND_FORMAT = "influxdb3_nosend"
-
-
-class InfluxDB3NoSendSink(InfluxDB3Sink):
-    """The influxdb3 sink without its HTTP request: everything up to the request body.
-
-    Defined in the page, which Spark pickles by value; its base class is quixsinks' own,
-    imported by reference in the workers.
-    """
-
-    name: ClassVar[str] = NOSEND_FORMAT
-
-    def _send(self, body: bytes) -> bool:
-        return True
 
 
 @dataclass
@@ -240,7 +225,7 @@ PAGE = Page(
     notes=notes,
     servers=("influxdb",),
     rows=1_000_000,
-    sinks=(InfluxDB3NoSendSink,),
+    sinks=(NoSendSink,),
 )
 
 main = PAGE.main

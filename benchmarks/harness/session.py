@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import quixsinks
@@ -28,6 +29,8 @@ from quixsinks.core.sink import BatchingSink, CommonOptions
 from .timing import Case
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from pyspark.sql import DataFrame, SparkSession
 
 #: Columns of :func:`mixed_dataframe`, for documentation and checks.
@@ -35,6 +38,8 @@ MIXED_COLUMNS = ("key", "id", "value", "flag", "name", "timestamp")
 #: Format name of :class:`NoopArrowSink` (Spark owns ``noop``).
 NOOP_FORMAT = "quixsinks_bench_noop"
 FLOOR = "noop-arrow"
+#: the folder of the pages and of this package
+BENCHMARKS = Path(__file__).resolve().parents[1]
 
 
 def bench_session(
@@ -174,17 +179,26 @@ class NoopArrowSink(BatchingSink[CommonOptions]):
 def register_sinks(spark: SparkSession, *sinks: type[BatchingSink[CommonOptions]]) -> None:
     """Register quixsinks' sinks, the floor and a page's own ``sinks`` on ``spark``.
 
-    Spark's Python workers cannot import ``benchmarks/`` modules: the modules defining
-    these classes (this one, a page imported by ``quick.py``) are pickled by value.
+    Spark's Python workers cannot import ``benchmarks/`` modules: the ones defining these
+    classes or a base class of theirs (this one, a page imported by ``quick.py``, a module
+    pages share) are pickled by value.
     """
     from pyspark import cloudpickle
 
     quixsinks.register(spark)
     for sink in (NoopArrowSink, *sinks):
-        module = sys.modules[sink.__module__]
-        if module.__name__ != "__main__":  # __main__ is pickled by value anyway
-            cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+        for cls in sink.__mro__:
+            module = sys.modules[cls.__module__]
+            # __main__ is pickled by value anyway
+            if module.__name__ != "__main__" and _in_benchmarks(module):
+                cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
         quixsinks.register(spark, sink)
+
+
+def _in_benchmarks(module: ModuleType) -> bool:
+    """Whether ``module`` is a file of ``benchmarks/`` (which workers cannot import)."""
+    file = getattr(module, "__file__", None)
+    return file is not None and Path(file).resolve().is_relative_to(BENCHMARKS)
 
 
 def _write_floor(df: DataFrame, path: str) -> None:
