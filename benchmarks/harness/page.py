@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import shutil
@@ -38,6 +39,7 @@ from .session import (
     floor_case,
     mixed_dataframe,
     register_sinks,
+    wake_workers,
 )
 from .timing import Case, CaseResult, RelativeTarget, judge_targets, run_cases, selected_cases
 
@@ -325,6 +327,7 @@ def _run_cases(bench: Bench) -> None:
             repeat=args.repeat,
             workdir=bench.workdir,
             log=log,
+            before_run=functools.partial(wake_workers, spark, args.partitions),
         )
         if page.after is not None:
             page.after(bench)

@@ -201,6 +201,19 @@ def _in_benchmarks(module: ModuleType) -> bool:
     return file is not None and Path(file).resolve().is_relative_to(BENCHMARKS)
 
 
+def wake_workers(spark: SparkSession, partitions: int) -> None:
+    """One tiny write through the floor's sink, ``partitions`` tasks: Spark's Python
+    workers are back before a timed run.
+
+    Spark kills a Python worker idle for a minute (``PythonWorkerFactory``, not
+    configurable), and a page's driver-only cases (Quix's sinks, a server's own tool) often
+    run longer than that: the Spark case after them, the floor first of all, would pay for
+    starting new workers (2 to 3 s, 4 CPU-s on 2 cores, measured on the kinesis page).
+    """
+    df = spark.range(0, partitions, 1, partitions)
+    df.write.format(NOOP_FORMAT).mode("append").save()
+
+
 def _write_floor(df: DataFrame, path: str) -> None:
     df.write.format(NOOP_FORMAT).mode("append").save()
 

@@ -232,9 +232,11 @@ def run_cases(
     repeat: int,
     workdir: Path | None = None,
     log: Callable[[str], None] = print,
+    before_run: Callable[[], None] | None = None,
 ) -> list[CaseResult]:
     """Time every case: one warm-up run each, then ``repeat`` rounds over all cases
     (``repeat=0``, a ``--quick`` smoke run: the warm-up's time is the one reported).
+    ``before_run`` runs before each timed run (not in a smoke run), outside the timing.
 
     Each run writes into a fresh path that is deleted right after (and ``Case.cleanup``
     runs). ``ratio_to_floor`` is the case's rows/s as a fraction of the floor's
@@ -264,6 +266,8 @@ def run_cases(
                 result.cpu.append(used)
         for round_ in range(repeat):
             for case in cases:
+                if before_run is not None:
+                    before_run()
                 seconds, path, cpu = _timed(case, df, base, f"run{round_}")
                 cleanup_run(case, path)
                 results[case.name].seconds.append(seconds)
