@@ -2,11 +2,14 @@
 Spark's JVM, its Python workers, and every other descendant (the servers a page starts,
 tools such as ``redis-benchmark``).
 
-One :func:`sample` reads ``/proc/<pid>/stat`` of every process once. A descendant that
-ended and was waited for is counted through its parent's ``cutime``/``cstime`` (a tool
-this process ran to its end, a Python worker Spark's daemon forked and reaped), as long as
-that parent lives; only a process whose parent did not wait for it, or ended too, loses
-its CPU. A server that detaches
+One :func:`sample` reads ``/proc/<pid>/stat`` of every process once, and the difference
+of two samples is taken process by process. A descendant that ended and was waited for is
+counted through its parent's ``cutime``/``cstime`` (a tool this process ran to its end), as
+long as that parent lives. One that ended unwaited loses what it used since the first
+sample, and is counted as nothing rather than subtracted: Spark's Python daemon ignores
+SIGCHLD, so the workers it forks, and the ones Spark kills after a minute idle, vanish with
+their CPU (worker reuse, and the harness waking the workers before each run, keep that to
+idle workers). A server that detaches
 (re-parents itself to init) is not a descendant and is not counted: a bound computed from
 these figures can only be too generous, never too strict.
 """
@@ -14,7 +17,8 @@ these figures can only be too generous, never too strict.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 __all__ = ["CpuSample", "parent_of", "sample"]
 
@@ -46,6 +50,8 @@ class CpuSample:
     jvm: float = 0.0
     workers: float = 0.0
     others: float = 0.0
+    #: of a :func:`sample`: each process's part, by (kind, pid); kind is a field's name
+    processes: Mapping[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     @property
     def total(self) -> float:
@@ -63,12 +69,16 @@ class CpuSample:
         return {name: round(value, 3) for name, value in parts.items()}
 
     def __sub__(self, before: CpuSample) -> CpuSample:
-        return CpuSample(
-            self.driver - before.driver,
-            self.jvm - before.jvm,
-            self.workers - before.workers,
-            self.others - before.others,
-        )
+        """What each kind used between ``before`` and this sample, process by process: a
+        process gone since ``before`` counts nothing (it never subtracts)."""
+        parts = dict.fromkeys(KINDS, 0.0)
+        for (kind, pid), used in self.processes.items():
+            parts[kind] += max(0.0, used - before.processes.get((kind, pid), 0.0))
+        return CpuSample(**parts)
+
+
+#: the parts of a sample
+KINDS = ("driver", "jvm", "workers", "others")
 
 
 def sample() -> CpuSample:
@@ -88,30 +98,31 @@ def sample() -> CpuSample:
         waited[pid] = (int(fields[13]) + int(fields[14])) / TICKS
     me = os.getpid()
     jvm = _spark_jvm(children.get(me, []))
-    # what the JVM waited for were its workers (Python daemons, workers)
-    workers = waited[jvm] + _tree(children, jvm, used, waited) if jvm is not None else 0.0
-    others = waited.get(me, 0.0)  # the tools this process ran to their end
+    # the tools this process ran to their end are others
+    processes = {("driver", me): used.get(me, 0.0), ("others", me): waited.get(me, 0.0)}
     for child in children.get(me, []):
-        if child != jvm:
-            others += used[child] + waited[child] + _tree(children, child, used, waited)
-    return CpuSample(
-        driver=used.get(me, 0.0),
-        jvm=used.get(jvm, 0.0) if jvm is not None else 0.0,
-        workers=workers,
-        others=others,
-    )
+        below = "workers" if child == jvm else "others"  # the JVM's descendants: workers
+        if child == jvm:  # what it waited for were workers too (Python daemons)
+            processes[("jvm", child)] = used[child]
+            processes[("workers", child)] = waited[child]
+        else:
+            processes[("others", child)] = used[child] + waited[child]
+        for pid in _descendants(children, child):
+            processes[(below, pid)] = used[pid] + waited[pid]
+    parts = dict.fromkeys(KINDS, 0.0)
+    for (kind, _), cpu in processes.items():
+        parts[kind] += cpu
+    return CpuSample(**parts, processes=processes)
 
 
-def _tree(
-    children: dict[int, list[int]], root: int, used: dict[int, float], waited: dict[int, float]
-) -> float:
-    """CPU of ``root``'s descendants (``root`` itself excluded), ended ones included."""
-    total, todo = 0.0, list(children.get(root, []))
+def _descendants(children: dict[int, list[int]], root: int) -> list[int]:
+    """``root``'s descendants (``root`` itself excluded)."""
+    found, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        total += used[pid] + waited[pid]
+        found.append(pid)
         todo += children.get(pid, [])
-    return total
+    return found
 
 
 def _spark_jvm(children: list[int]) -> int | None:

@@ -73,3 +73,17 @@ def test_a_grandchild_reaped_by_its_parent_stays_counted(cpu: ModuleType) -> Non
         assert child.stdin is not None
         child.stdin.close()
         child.wait()
+
+
+def test_a_process_that_vanishes_unwaited_counts_nothing_and_never_subtracts(
+    cpu: ModuleType,
+) -> None:
+    """Spark's Python daemon ignores SIGCHLD: its ended workers vanish with their CPU. The
+    difference of two samples is taken process by process, so such a process counts for
+    nothing instead of subtracting what it had used before the first sample."""
+    before = cpu.CpuSample(workers=5.0, processes={("workers", 1): 5.0, ("jvm", 2): 1.0}, jvm=1.0)
+    after = cpu.CpuSample(workers=0.5, processes={("workers", 3): 0.5, ("jvm", 2): 1.5}, jvm=1.5)
+    used = after - before
+    assert used.workers == 0.5  # the new worker's, not 0.5 - 5.0
+    assert used.jvm == 0.5
+    assert used.total == 1.0
