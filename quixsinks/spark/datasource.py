@@ -56,6 +56,7 @@ from quixsinks.core.errors import OptionError, QuixSinksError, RecordError
 from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
 from quixsinks.core.secrets import is_secret_name, scrubbed_errors
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
+from quixsinks.spark.heap import frozen_imports
 from quixsinks.spark.timings import timed
 
 __all__ = ["QuixDataSource", "ReceiptMessage", "VersionMismatchError", "data_source_for"]
@@ -181,6 +182,7 @@ class QuixDataSource(DataSource):
         raw = self.options
         with (
             timed(self.sink_class.name, "plan"),
+            frozen_imports(),
             scrubbed_errors(lambda: [v for k, v in raw.items() if is_secret_name(k)]),
         ):
             return self._planned(schema, overwrite, streaming=streaming)
@@ -285,7 +287,11 @@ class _SinkWriter:
     @_surfaces_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReceiptMessage:
         _ensure_logging()
-        with timed(self.sink.name, "write"), scrubbed_errors(self.sink.options.secret_values):
+        with (
+            timed(self.sink.name, "write"),
+            frozen_imports(),
+            scrubbed_errors(self.sink.options.secret_values),
+        ):
             self._check_version()
             return self._write_task(iterator)
 
@@ -358,7 +364,11 @@ class _SinkWriter:
 
     def _commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
-        with timed(self.sink.name, "commit"), scrubbed_errors(self.sink.options.secret_values):
+        with (
+            timed(self.sink.name, "commit"),
+            frozen_imports(),
+            scrubbed_errors(self.sink.options.secret_values),
+        ):
             self._check_version()
             self._commit_batch(messages, batch_id)
 
@@ -394,7 +404,11 @@ class _SinkWriter:
 
     def _abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         _ensure_logging()
-        with timed(self.sink.name, "abort"), scrubbed_errors(self.sink.options.secret_values):
+        with (
+            timed(self.sink.name, "abort"),
+            frozen_imports(),
+            scrubbed_errors(self.sink.options.secret_values),
+        ):
             self._abort_batch(messages, batch_id)
 
     def _abort_batch(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
