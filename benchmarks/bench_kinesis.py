@@ -215,8 +215,10 @@ NOTES = """
 Every row is one record: partition key `k0`..`k999`, data the JSON object of `id`, `value`,
 `flag`, `name` (the sink adds its 32-character `_dedupe_id`). kinesalite {kinesalite} (Node
 {node}, in memory, one process) is the server of every case, four shards per stream; it
-never throttles by itself. `server-limit` is kinesalite's own ceiling here: prebuilt
-requests, no serialisation, {threads} threads. Quix Streams {quix_version} `KinesisSink`
+never throttles by itself. `server-limit` is kinesalite's own ceiling here: the records
+built before the run, {threads} threads of plain boto3 (which serializes and signs each
+request while timed, in the driver; kinesalite's one Node thread is the bottleneck).
+Quix Streams {quix_version} `KinesisSink`
 sends PutRecords of 500 from one thread and never reads the per-record failures.
 
 With {throttle:.0%} of the entries refused by the proxy (`ProvisionedThroughputExceededException`,
