@@ -16,18 +16,25 @@ from pyspark.sql.types import LongType, StructField, StructType
 from quixsinks.spark import heap
 from quixsinks.spark.sources import FileDataSource
 
+#: the modules the freezing sees: this test's own, so that an import made meanwhile by
+#: another thread of the test process (the suite runs Spark) cannot change its count
+MODULES: dict[str, types.ModuleType] = {}
+
 
 @pytest.fixture(autouse=True)
 def unfrozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts and ends with nothing frozen and no freeze recorded."""
     gc.unfreeze()
     monkeypatch.setattr(heap, "_frozen_modules", 0)
+    MODULES.clear()
+    MODULES["sys"] = sys
+    monkeypatch.setattr(heap, "sys", types.SimpleNamespace(modules=MODULES))
     yield
     gc.unfreeze()
 
 
 def import_a_module(name: str) -> None:
-    sys.modules[name] = types.ModuleType(name)
+    MODULES[name] = types.ModuleType(name)
 
 
 def test_a_reused_worker_freezes_once_per_import(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +47,6 @@ def test_a_reused_worker_freezes_once_per_import(monkeypatch: pytest.MonkeyPatch
     with heap.frozen_imports():
         pass
     assert gc.get_freeze_count() == first  # nothing imported since: no collection
-    monkeypatch.delitem(sys.modules, "quixsinks_heap_probe", raising=False)
     with heap.frozen_imports():
         import_a_module("quixsinks_heap_probe")
     assert gc.get_freeze_count() > first  # a call that imported: frozen again
