@@ -5,6 +5,7 @@ records a PutRecords answer turned down)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from quixsinks.core.clients import ClientCache, client_key, connect_timeout
@@ -18,18 +19,30 @@ from quixsinks.core.vendors import aws
 from quixsinks.core.vendors.http import import_client
 
 from .options import KinesisOptions
+from .wire import request_body
 
 __all__ = [
     "RETRYABLE_ENTRY_CODES",
     "KinesisStreamNotFoundError",
     "call",
     "check_dependencies",
+    "put_records",
     "refused",
     "translate",
 ]
 
+
+@dataclass(frozen=True)
+class _Client:
+    """A process's boto3 client for one set of options, and its PutRecords with prebuilt
+    bodies (None where this botocore cannot: the client's method then)."""
+
+    boto: Any
+    put: aws.JsonCall | None
+
+
 # boto3 clients per process (Python workers are reused between tasks), closed at exit
-_CLIENTS: ClientCache[Any] = ClientCache("kinesis clients", lambda c: c.close())
+_CLIENTS: ClientCache[_Client] = ClientCache("kinesis clients", lambda c: c.boto.close())
 
 #: per-record ErrorCodes that mean "not now": the record is resent
 RETRYABLE_ENTRY_CODES = frozenset(
@@ -46,8 +59,8 @@ def check_dependencies() -> None:
     import_client("boto3", package="boto3", extra="kinesis")
 
 
-def _new_client(options: KinesisOptions) -> Any:
-    return aws.make_client(
+def _new_client(options: KinesisOptions) -> _Client:
+    boto = aws.make_client(
         "kinesis",
         extra="kinesis",
         region_name=options.region_name,
@@ -62,10 +75,33 @@ def _new_client(options: KinesisOptions) -> Any:
         # botocore's per-record validation of the same would cost CPU per record again
         parameter_validation=False,
     )
+    return _Client(boto, aws.JsonCall.of(boto))
 
 
 def call(options: KinesisOptions, what: str, fn: Callable[[Any], Any]) -> Any:
-    """``fn(client)`` with this process's client for ``options``; any error translated."""
+    """``fn(client)`` with this process's boto3 client for ``options``; any error
+    translated."""
+    return _call(options, what, lambda c: fn(c.boto))
+
+
+def put_records(options: KinesisOptions, what: str, entries: Sequence[dict[str, Any]]) -> Any:
+    """PutRecords of ``entries`` (``put_records``'s ``Records``) into the options' stream;
+    its answer (``FailedRecordCount``, ``Records``), any error translated.
+
+    The request's JSON is built here (:func:`.wire.request_body`) and the answer read as
+    JSON (:class:`~quixsinks.core.vendors.aws.JsonCall`): botocore's shape walk over each
+    record and each result entry cost most of a task's CPU. The client signs and sends it
+    as its own ``put_records`` would."""
+
+    def send(c: _Client) -> Any:
+        if c.put is None:
+            return c.boto.put_records(StreamName=options.stream_name, Records=entries)
+        return c.put("PutRecords", request_body(options.stream_name, entries))
+
+    return _call(options, what, send)
+
+
+def _call(options: KinesisOptions, what: str, fn: Callable[[_Client], Any]) -> Any:
     try:
         return fn(_CLIENTS.get(client_key(options), lambda: _new_client(options)))
     except Exception as exc:

@@ -185,11 +185,7 @@ class KinesisSink(Sink[KinesisOptions, None]):
         what = f"{self._where}: PutRecords"
 
         def send(chunk: Sequence[dict[str, Any]]) -> list[int]:
-            answer = client.call(
-                opts,
-                what,
-                lambda kinesis: kinesis.put_records(StreamName=opts.stream_name, Records=chunk),
-            )
+            answer = client.put_records(opts, what, chunk)
             return client.refused(answer, len(chunk), where=self._where, stream=opts.stream_name)
 
         for layer in layers(entries) if opts.ordered else [entries]:

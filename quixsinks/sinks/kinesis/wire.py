@@ -6,8 +6,8 @@ value columns built in Arrow; a column as it is; or a value serializer's bytes, 
 each message's own object), its partition key (the key column as text, another column, or
 a key serializer's text), an optional explicit
 hash key, and a deterministic dedupe id (``core.delivery.DedupeIds``) placed in the JSON
-object or before the data. :func:`layers` splits entries for ``ordered`` delivery. Pure
-functions: no client, no server.
+object or before the data. :func:`layers` splits entries for ``ordered`` delivery, and
+:func:`request_body` is a PutRecords request's JSON. Pure functions: no client, no server.
 
 Kinesis refuses a whole PutRecords call when one of its records breaks a limit, and the
 answer does not say which record; so every record is checked here first, vectorised in
@@ -25,8 +25,9 @@ way. The limits are the strictest of the real service's:
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "find_problems",
     "hash_key_text",
     "layers",
+    "request_body",
 ]
 
 MAX_RECORDS = 500
@@ -103,6 +105,43 @@ class Problem:
 def entry_size(entry: dict[str, Any]) -> int:
     """What a PutRecords entry counts against the request and record limits."""
     return len(entry["Data"]) + len(entry["PartitionKey"].encode())
+
+
+def request_body(stream: str, entries: Sequence[dict[str, Any]]) -> bytes:
+    """The JSON body of a PutRecords request of ``entries`` to ``stream``: what botocore's
+    serializer sends for the same parameters (``Data`` in base64, the keys as JSON
+    strings), built in one pass over the records."""
+    quoted: dict[str, bytes] = {}  # partition keys repeat: each is escaped once
+
+    def key(text: str) -> bytes:
+        found = quoted.get(text)
+        if found is None:
+            found = quoted[text] = json.dumps(text, ensure_ascii=False).encode()
+        return found
+
+    b64 = base64.b64encode
+    records = [
+        b'{"Data":"'
+        + b64(entry["Data"])
+        + b'","PartitionKey":'
+        + key(entry["PartitionKey"])
+        + (
+            b',"ExplicitHashKey":' + key(entry["ExplicitHashKey"])
+            if "ExplicitHashKey" in entry
+            else b""
+        )
+        + b"}"
+        for entry in entries
+    ]
+    return b"".join(
+        (
+            b'{"StreamName":',
+            json.dumps(stream, ensure_ascii=False).encode(),
+            b',"Records":[',
+            b",".join(records),
+            b"]}",
+        )
+    )
 
 
 def hash_key_text(column: pa.Array) -> pa.Array:
