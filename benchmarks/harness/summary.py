@@ -262,11 +262,11 @@ TARGETS: tuple[Target, ...] = (
         "redis-string",
         "server-limit",
         0.9,
-        "Not out of reach: per million keys the sink's runs cost 5.8 CPU-s (Spark's JVM "
-        "2.1, the Python workers 1.5, redis-server 2.2), which 2 cores could run at 0.96x "
-        "of redis-benchmark's rate; the runs keep 1.7 cores busy, not 2. Closing it needs "
-        "cheaper RESP building in the workers or a better overlap of the task's send with "
-        "the hand-over.",
+        "Not out of reach: per million keys the sink's runs cost about 4.9 CPU-s (Spark's "
+        "JVM 1.7 to 2.2, the Python workers 1.0 to 1.2, redis-server 1.8) and its rounds "
+        "vary from 0.89x to 1.02x of redis-benchmark's rate. What is left is cheaper RESP "
+        "building in the workers and a closer overlap of the task's sends with Spark's "
+        "hand-over.",
     ),
     Target(
         "`kinesis` >= 0.9 of kinesalite's ceiling",
@@ -274,10 +274,10 @@ TARGETS: tuple[Target, ...] = (
         "kinesis",
         "server-limit",
         0.9,
-        "kinesalite's one Node thread is the bottleneck of both (about 20 CPU-s per run); "
-        "in the sink's runs the Python workers add 13 to 15 CPU-s (boto3 requests, JSON "
-        "values, dedupe ids) on the same 2 cores, and runs vary by a quarter (0.88x half "
-        "an hour earlier). Cheaper requests in the workers would close it.",
+        "kinesalite's one Node thread is the bottleneck of both (21 to 23 CPU-s per run); "
+        "in the sink's runs the Python workers add 5 to 6 CPU-s (JSON values, dedupe ids, "
+        "request bodies, signing) on the same 2 cores, and its rounds vary from 0.85x to "
+        "0.96x.",
     ),
     Target(
         "`pubsub` >= 0.9 of the emulator's ceiling",
@@ -310,10 +310,9 @@ TARGETS: tuple[Target, ...] = (
         "commit transaction, so the rows move twice (COPY into a staging table per task, "
         "then INSERT ... SELECT in the commit), and `psql-staged`, that design done by psql "
         "with no Spark at all, reaches only the bound shown. `write_mode=prepared` moves "
-        "the rows once (1.22x of `psql \\copy` here). It stays opt-in: its readers see "
-        "a micro-batch's rows "
-        "appear task by task, it needs max_prepared_transactions > 0 (a restart) and holds "
-        "locks until the commit.",
+        "the rows once (0.81x to 1.22x of `psql \\copy` in the runs of 11-28). It stays "
+        "opt-in: its readers see a micro-batch's rows appear task by task, it needs "
+        "max_prepared_transactions > 0 (a restart) and holds locks until the commit.",
         design="psql-staged",
     ),
     Target(
