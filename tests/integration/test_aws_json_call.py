@@ -37,6 +37,14 @@ def _boto(url: str, kinesalite: KinesaliteServer) -> Any:
     return kinesis_client._new_client(options).boto
 
 
+def _json_call(url: str, kinesalite: KinesaliteServer) -> tuple[Any, aws.JsonCall]:
+    """A boto3 client of the sink's make and its JsonCall (this botocore has the parts)."""
+    boto = _boto(url, kinesalite)
+    call = aws.JsonCall.of(boto)
+    assert call is not None
+    return boto, call
+
+
 def _landed(kinesalite: KinesaliteServer, stream: str) -> list[tuple[bytes, str]]:
     return sorted((r["Data"], r["PartitionKey"]) for r in kinesalite.read_all(stream))
 
@@ -44,9 +52,7 @@ def _landed(kinesalite: KinesaliteServer, stream: str) -> list[tuple[bytes, str]
 def test_a_prebuilt_body_lands_as_boto3s_own_call(
     kinesalite: KinesaliteServer, kinesis_stream: str
 ) -> None:
-    boto = _boto(kinesalite.endpoint_url, kinesalite)
-    call = aws.JsonCall.of(boto)
-    assert call is not None
+    boto, call = _json_call(kinesalite.endpoint_url, kinesalite)
     answer = call("PutRecords", request_body(kinesis_stream, ENTRIES))
     assert answer["FailedRecordCount"] == 0
     assert [sorted(r) for r in answer["Records"]] == [["SequenceNumber", "ShardId"]] * 5
@@ -62,8 +68,7 @@ def test_refused_entries_come_back_as_in_boto3s_answer(
 ) -> None:
     entries = [{"Data": f"r{i}".encode(), "PartitionKey": f"k{i}"} for i in range(300)]
     with KinesisFaultProxy(kinesalite.endpoint_url, throttle_fraction=0.3, seed=3) as proxy:
-        call = aws.JsonCall.of(_boto(proxy.url, kinesalite))
-        assert call is not None
+        _, call = _json_call(proxy.url, kinesalite)
         answer = call("PutRecords", request_body(kinesis_stream, entries))
     resend = kinesis_client.refused(answer, len(entries), where="w", stream=kinesis_stream)
     assert answer["FailedRecordCount"] == len(resend) == proxy.entries_refused > 0
@@ -78,9 +83,7 @@ def test_refused_entries_come_back_as_in_boto3s_answer(
 def test_an_error_answer_raises_the_clients_own_exception(
     kinesalite: KinesaliteServer, kinesis_stream: str
 ) -> None:
-    boto = _boto(kinesalite.endpoint_url, kinesalite)
-    call = aws.JsonCall.of(boto)
-    assert call is not None
+    boto, call = _json_call(kinesalite.endpoint_url, kinesalite)
     body = request_body("no-such-stream", ENTRIES[:1])
     with pytest.raises(boto.exceptions.ResourceNotFoundException) as ours:
         call("PutRecords", body)
@@ -99,8 +102,7 @@ def test_a_throttled_or_unanswered_call_is_retryable(
     from botocore.exceptions import BotoCoreError, ClientError
 
     with KinesisFaultProxy(kinesalite.endpoint_url) as proxy:
-        call = aws.JsonCall.of(_boto(proxy.url, kinesalite))
-        assert call is not None
+        _, call = _json_call(proxy.url, kinesalite)
         body = request_body(kinesis_stream, ENTRIES[:1])
         proxy.throttle_calls(1)
         with pytest.raises(ClientError) as throttled:
@@ -115,13 +117,11 @@ def test_a_throttled_or_unanswered_call_is_retryable(
     assert len(kinesalite.read_all(kinesis_stream)) == 2  # the dropped call landed
 
 
-def test_wrong_credentials_are_refused_as_by_boto3(
+def test_an_unsigned_request_is_refused_by_the_server(
     kinesalite: KinesaliteServer, kinesis_stream: str
 ) -> None:
     """kinesalite checks that a request is signed; an unsigned one is refused the same way."""
-    boto = _boto(kinesalite.endpoint_url, kinesalite)
-    call = aws.JsonCall.of(boto)
-    assert call is not None
+    _, call = _json_call(kinesalite.endpoint_url, kinesalite)
     call._signer = types.SimpleNamespace(sign=lambda operation, request: None)
     from botocore.exceptions import ClientError
 
