@@ -3,7 +3,7 @@
 from .azure import AzureDestination
 from .backpressure import RetryPolicy, RetryStats
 from .batch import SinkBatch, SinkItem, WriteContext
-from .clients import ClientCache, MachineSlots, Secret, client_key
+from .clients import ClientCache, ClientPool, MachineSlots, Secret, client_key
 from .column_types import ColumnTypes, TypeChangeError
 from .commits import CommitRecord
 from .deadletters import Refusals
@@ -52,6 +52,7 @@ __all__ = [
     "BatchingSink",
     "CSVFormat",
     "ClientCache",
+    "ClientPool",
     "ColumnTypes",
     "CommitContext",
     "CommitError",

@@ -6,6 +6,10 @@ database connection) made by one task can serve the next ones of the same proces
 :func:`client_key` (secrets only as a digest), and closes them when evicted or when the
 process exits.
 
+:class:`ClientPool` keeps clients that one user at a time must hold (a database connection
+a transaction runs on): a user takes an idle one, or a new one, and gives it back when it
+is clean.
+
 :class:`MachineSlots` caps how many tasks of **one machine** hold a connection to one
 server at once: each Spark task runs in its own Python worker process, so the cap is a
 set of lock files, one ``flock`` per holder, in the user's private state directory
@@ -37,6 +41,7 @@ from .options import SinkOptions, shown_value
 __all__ = [
     "CONNECT_TIMEOUT_CAP",
     "ClientCache",
+    "ClientPool",
     "MachineSlots",
     "Secret",
     "client_key",
@@ -47,7 +52,7 @@ __all__ = [
 logger = logging.getLogger("quixsinks.clients")
 C = TypeVar("C")
 
-_CACHES: weakref.WeakSet[ClientCache[Any]] = weakref.WeakSet()
+_CACHES: weakref.WeakSet[ClientCache[Any] | ClientPool[Any]] = weakref.WeakSet()
 
 #: The longest a client waits for a connection to open (a server that accepts does so in
 #: milliseconds; the request timeout options bound the wait for answers).
@@ -165,6 +170,102 @@ class ClientCache(Generic[C]):
             self._close(client)
         except Exception as exc:  # closing is best effort
             logger.debug("%s: closing a client failed: %s", self.name, exc)
+
+
+class ClientPool(Generic[C]):
+    """Clients of one kind kept open between uses, per process, each lent to one user at a
+    time; at most ``max_idle`` idle ones per key, closed on the way out.
+
+    :meth:`take` lends an idle client of ``key`` that ``alive`` accepts (the others are
+    closed) or makes a new one; :meth:`give_back` keeps it for the next user when it is
+    clean, else closes it. A process forked from this one (``os.fork``) starts with an
+    empty pool and never closes its parent's clients (a closed connection would end the
+    parent's session on the shared socket).
+
+    Args:
+        name: for log lines, e.g. ``"postgresql sessions"``.
+        close: how to close a client (errors are logged, never raised).
+        alive: whether an idle client can still be used (checked when it is taken).
+        max_idle: idle clients kept per key; more are closed when given back.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        close: Callable[[C], object],
+        *,
+        alive: Callable[[C], bool] = lambda client: True,
+        max_idle: int = 2,
+    ) -> None:
+        self.name = name
+        self._close = close
+        self._alive = alive
+        self.max_idle = max_idle
+        self._idle: dict[Hashable, list[C]] = {}
+        self._lock = threading.Lock()
+        _CACHES.add(self)
+        _POOLS.add(self)
+
+    def idle(self, key: Hashable) -> int:
+        """How many idle clients of ``key`` there are."""
+        with self._lock:
+            return len(self._idle.get(key, ()))
+
+    def take(self, key: Hashable, create: Callable[[], C]) -> C:
+        """An idle client of ``key`` that is still alive, else ``create()``."""
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                client = idle.pop() if idle else None
+            if client is None:
+                return create()
+            if self._alive(client):
+                return client
+            logger.debug("%s: an idle client is no longer usable; closing it", self.name)
+            self._close_quietly(client)
+
+    def give_back(self, key: Hashable, client: C, *, keep: bool) -> None:
+        """Return a taken client: kept for the next user if ``keep`` and there is room,
+        else closed."""
+        if keep:
+            with self._lock:
+                idle = self._idle.setdefault(key, [])
+                if len(idle) < self.max_idle:
+                    idle.append(client)
+                    return
+        self._close_quietly(client)
+
+    def clear(self) -> None:
+        with self._lock:
+            clients = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for client in clients:
+            self._close_quietly(client)
+
+    def _forget(self) -> None:
+        """In a forked child: drop the parent's idle clients without closing them."""
+        _INHERITED.extend(c for idle in self._idle.values() for c in idle)
+        self._idle.clear()
+        self._lock = threading.Lock()
+
+    def _close_quietly(self, client: C) -> None:
+        try:
+            self._close(client)
+        except Exception as exc:  # closing is best effort
+            logger.debug("%s: closing a client failed: %s", self.name, exc)
+
+
+_POOLS: weakref.WeakSet[ClientPool[Any]] = weakref.WeakSet()
+#: a forked child's inherited idle clients, kept (never closed, never garbage collected)
+_INHERITED: list[Any] = []
+
+
+def _forget_pools_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._forget()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 @atexit.register
