@@ -166,10 +166,7 @@ class ClientCache(Generic[C]):
             self._close_quietly(client)
 
     def _close_quietly(self, client: C) -> None:
-        try:
-            self._close(client)
-        except Exception as exc:  # closing is best effort
-            logger.debug("%s: closing a client failed: %s", self.name, exc)
+        _close_quietly(self.name, self._close, client)
 
 
 class ClientPool(Generic[C]):
@@ -204,7 +201,6 @@ class ClientPool(Generic[C]):
         self._idle: dict[Hashable, list[C]] = {}
         self._lock = threading.Lock()
         _CACHES.add(self)
-        _POOLS.add(self)
 
     def idle(self, key: Hashable) -> int:
         """How many idle clients of ``key`` there are."""
@@ -249,23 +245,28 @@ class ClientPool(Generic[C]):
         self._lock = threading.Lock()
 
     def _close_quietly(self, client: C) -> None:
-        try:
-            self._close(client)
-        except Exception as exc:  # closing is best effort
-            logger.debug("%s: closing a client failed: %s", self.name, exc)
+        _close_quietly(self.name, self._close, client)
 
 
-_POOLS: weakref.WeakSet[ClientPool[Any]] = weakref.WeakSet()
 #: a forked child's inherited idle clients, kept (never closed, never garbage collected)
 _INHERITED: list[Any] = []
 
 
 def _forget_pools_in_child() -> None:
-    for pool in list(_POOLS):
-        pool._forget()
+    for cache in list(_CACHES):
+        if isinstance(cache, ClientPool):
+            cache._forget()
 
 
 os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
+def _close_quietly(name: str, close: Callable[[C], object], client: C) -> None:
+    """Close ``client``; closing is best effort (a failure is logged, never raised)."""
+    try:
+        close(client)
+    except Exception as exc:
+        logger.debug("%s: closing a client failed: %s", name, exc)
 
 
 @atexit.register
