@@ -3,6 +3,7 @@ warehouse: tables read back with pyiceberg's scan."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import threading
 import uuid
@@ -219,6 +220,69 @@ def test_a_commit_whose_outcome_was_lost_is_not_committed_twice(
     assert len(calls) == 1
     assert ice["ids"]() == list(range(5))
     assert len(ice["table"]().metadata.snapshots) == 1
+
+
+def _commit_elsewhere(ice: dict[str, Any], batch: int, rows: pa.Table) -> None:
+    """Commit ``batch`` of sink-a as another process would: from a table it loads itself,
+    leaving this process's kept table (core.tables.commit) as it was."""
+    from quixsinks.core.tables import commit as table_commit
+    from quixsinks.sinks.iceberg.client import catalog_of
+
+    options = IcebergOptions.from_options(ice["options"])
+    key = (catalog_of(options).key, options.table_name)
+    kept = table_commit._COMMITTED.take(key, lambda: None)
+    assert kept is not None, "the first commit left its table for the next one"
+    sink, receipt = _sink_with_files(ice, rows)
+    receipt = dataclasses.replace(receipt, batch_id=batch)
+    sink.commit(CommitContext("sink-a", batch, True, "query-a"), [receipt])
+    table_commit._COMMITTED.clear()
+    table_commit._COMMITTED.give_back(key, kept, keep=True)  # stale now
+
+
+def test_a_commit_from_a_stale_kept_table_still_sees_what_landed_since(
+    ice: dict[str, Any],
+) -> None:
+    """A process's next commit starts from the table its last commit left. When another
+    process committed the same batch in between (a zombie driver, a replay elsewhere),
+    the catalog refuses the stale commit, and the fresh load finds the batch: no
+    duplicate."""
+    rows = pa.table({"id": pa.array(range(5), pa.int64())})
+    sink, receipt = _sink_with_files(ice, rows)
+    sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
+    batch5 = pa.table({"id": pa.array(range(100, 103), pa.int64())})
+    _commit_elsewhere(ice, 5, batch5)
+    _, replay = _sink_with_files(ice, batch5)
+    replay = dataclasses.replace(replay, batch_id=5)
+    sink.commit(CommitContext("sink-a", 5, True, "query-a"), [replay])  # from the stale table
+    assert [s["quixsinks.batch-id"] for s in snapshots(ice["table"]())] == ["4", "5"]
+    assert ice["ids"]() == [0, 1, 2, 3, 4, 100, 101, 102]
+    # and the next batch commits on top of both
+    _, receipt6 = _sink_with_files(ice, pa.table({"id": pa.array([200], pa.int64())}))
+    sink.commit(
+        CommitContext("sink-a", 6, True, "query-a"), [dataclasses.replace(receipt6, batch_id=6)]
+    )
+    assert [s["quixsinks.batch-id"] for s in snapshots(ice["table"]())] == ["4", "5", "6"]
+
+
+def test_a_commit_from_a_kept_table_whose_schema_changed_since_uses_the_new_schema(
+    ice: dict[str, Any],
+) -> None:
+    from pyiceberg.types import StringType
+
+    rows = pa.table({"id": pa.array(range(3), pa.int64())})
+    sink, receipt = _sink_with_files(ice, rows)
+    sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
+    table = ice["table"]()
+    with table.update_schema() as update:  # another writer adds a column
+        update.add_column("note", StringType())
+    current = ice["table"]().metadata.current_schema_id
+    _, receipt5 = _sink_with_files(ice, rows)
+    sink.commit(
+        CommitContext("sink-a", 5, True, "query-a"), [dataclasses.replace(receipt5, batch_id=5)]
+    )
+    latest = ice["table"]().metadata
+    assert latest.snapshot_by_id(latest.current_snapshot_id).schema_id == current
+    assert ice["ids"]() == sorted([0, 1, 2] * 2)
 
 
 def test_keep_snapshots_expires_old_history_and_keeps_the_ledger_working(

@@ -372,7 +372,8 @@ def test_a_zoned_timestamp_fits_a_quix_zoneless_timestamp_column_as_utc_wall_tim
 
 def test_a_caching_transaction_builds_its_metadata_once_per_change(tmp_path: Any) -> None:
     """pyiceberg rebuilds a transaction's metadata (a deep copy of every snapshot) on each
-    read; ours once per staged change, and it is the metadata pyiceberg's would be."""
+    read; ours never while nothing is staged, then once per staged change, and it is the
+    metadata pyiceberg's would be."""
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Transaction
@@ -387,7 +388,8 @@ def test_a_caching_transaction_builds_its_metadata_once_per_change(tmp_path: Any
 
     tx = transaction(table)
     first = tx.table_metadata
-    assert tx.table_metadata is first  # no change: not built again
+    assert first is table.metadata  # nothing staged: the table's own (frozen), not a copy
+    assert tx.table_metadata is first
     tx.set_properties(owner="quixsinks")
     changed = tx.table_metadata
     assert changed is not first

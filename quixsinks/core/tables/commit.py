@@ -8,17 +8,27 @@ one batch would both land. On a conflict, or when the catalog's answer was lost,
 :class:`~quixsinks.core.backpressure.RetryPolicy` runs the attempt again: the table is
 reloaded, the ledger read again, and the commit tried again.
 
+A process's next commit to the same table starts from the table its last commit left
+instead of loading it (a load parses the whole metadata again, every snapshot included).
+That is safe because every commit asserts what it read: the table's UUID, the main
+branch's snapshot (pyiceberg's own requirement), the current schema and the default
+partition spec. A table that changed since (another writer's snapshot, a takeover, a
+schema change) is refused by the catalog, and the commit goes on from a fresh load: a
+ledger entry another committer added is then seen before anything is committed.
+
 Used by the ``iceberg`` sink (data files written by pyiceberg) and by ``tsdatalake``'s
 catalog registration (Hive-path Parquet files registered as they are).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from quixsinks.core.backpressure import RetryPolicy
+from quixsinks.core.clients import ClientPool
 from quixsinks.core.errors import CommitError, QuixSinksError, RetryableError, timed_out
 from quixsinks.core.ledger import log_already_committed
 from quixsinks.core.sink import CommitContext
@@ -29,6 +39,14 @@ from .ledger import SnapshotLedgerStore, summary_properties
 __all__ = ["AppendOutcome", "TableRaced", "append_once", "retry_races"]
 
 R = TypeVar("R")
+
+#: (catalog, table name) -> the table as this process's last commit left it. The next
+#: commit's first attempt starts from it instead of loading the table (the catalog's
+#: answer and the whole metadata parsed again, which grows with the history): the commit
+#: asserts that the main branch, the schema and the partition spec are still those it
+#: read, so a table changed since is refused by the catalog, then loaded and committed
+#: again. One per key, lent to one commit at a time.
+_COMMITTED: ClientPool[Any] = ClientPool("committed tables", lambda table: None, max_idle=1)
 
 
 class TableRaced(RetryableError):
@@ -66,8 +84,10 @@ class AppendOutcome:
 class _Unsettled(RetryableError):
     """A commit attempt that did not land (a conflict) or whose outcome is unknown."""
 
-    def __init__(self, message: str, cause: BaseException | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, cause: BaseException | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
         self.cause = cause
 
 
@@ -96,15 +116,29 @@ def append_once(
     """
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
     from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.table.update import AssertTableUUID
+    from pyiceberg.table.update import AssertCurrentSchemaId, AssertDefaultSpecId, AssertTableUUID
 
     from .pyiceberg_compat import commit_transaction, transaction
 
     sink = catalog.sink
     where = f"{sink}: commit of batch {context.batch_id} to {table_name}"
+    key = (catalog.key, table_name)
+    kept: list[Any] = [_COMMITTED.take(key, lambda: None)]
 
     def attempt() -> AppendOutcome:
-        table = load_table()
+        table = kept.pop() if kept else None
+        if table is None:
+            return settle(load_table())
+        try:
+            return settle(table)
+        except _Unsettled as exc:
+            if not isinstance(exc.cause, CommitFailedException):
+                raise
+            # the table changed since this process last committed to it: the next
+            # attempt loads it afresh, at once (no other committer to wait for)
+            raise _Unsettled(str(exc), exc.cause, retry_after=0.0) from exc.cause
+
+    def settle(table: Any) -> AppendOutcome:
         store = SnapshotLedgerStore(table)
         if catalog.ledger(store).committed(context.sink_id, context.batch_id, context.query_id):
             log_already_committed(context.sink_id, context.batch_id, f"{sink}: {table_name}")
@@ -125,8 +159,15 @@ def append_once(
             with updater.merge_append() if merge else updater.fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
+        metadata = table.metadata
         try:
-            commit_transaction(table, tx, AssertTableUUID(uuid=table.metadata.table_uuid))
+            commit_transaction(
+                table,
+                tx,
+                AssertTableUUID(uuid=metadata.table_uuid),
+                AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),  # type: ignore[call-arg]
+                AssertDefaultSpecId(default_spec_id=metadata.default_spec_id),  # type: ignore[call-arg]
+            )
         except (CommitFailedException, CommitStateUnknownException) as exc:
             raise _Unsettled(
                 f"{where}: {type(exc).__name__}; reloading the table and checking whether "
@@ -149,7 +190,10 @@ def append_once(
         deadline=float("inf"),  # each attempt is bounded by the catalog's timeout
     )
     try:
-        return policy.call(attempt, what=where)
+        outcome = policy.call(attempt, what=where)
+        # a shallow copy: the caller goes on with its table (expiry commits through it)
+        _COMMITTED.give_back(key, copy.copy(outcome.table), keep=True)
+        return outcome
     except _Unsettled as exc:
         # the policy raises a copy of the last attempt's error, chained to it
         last = getattr(exc.__cause__, "cause", None) or getattr(exc, "cause", None)

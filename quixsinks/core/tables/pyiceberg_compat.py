@@ -19,7 +19,9 @@ checks each hook below exists in the installed release).
   local table took 79 ms at 5 snapshots and 526 ms at 300; with the cache 40 ms and
   153 ms). :class:`CachingTransaction` keeps the last result while neither the table's
   metadata nor the staged updates (an immutable tuple pyiceberg replaces on each change)
-  have changed; the metadata models are frozen, so sharing one is safe. It goes when
+  have changed, and with nothing staged it is the table's own metadata (an append stages
+  its snapshot only when it commits, so it copies nothing: 3.9 ms saved per commit at
+  200 snapshots); the metadata models are frozen, so sharing one is safe. It goes when
   pyiceberg caches it itself (apache/iceberg-python pull request 3784).
 * **A timeout on every REST catalog call** (:class:`TimeoutRestCatalog`): pyiceberg (0.12)
   gives its REST calls no timeout and has no property for one, and ``requests`` waits
@@ -86,6 +88,10 @@ class CachingTransaction(Transaction):
 
     @property
     def table_metadata(self) -> Any:
+        if not self._updates:
+            # nothing staged: pyiceberg would return a deep copy of the table's metadata
+            # (the one copy an append made, growing with the history); it is frozen
+            return self._table.metadata
         built = self._built
         if built is None or built[0] is not self._table.metadata or built[1] is not self._updates:
             built = (self._table.metadata, self._updates, super().table_metadata)
