@@ -3,7 +3,6 @@ warehouse: tables read back with pyiceberg's scan."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import threading
 import uuid
@@ -125,15 +124,20 @@ def test_a_failed_micro_batch_is_replayed_exactly_once(
 
 
 def _sink_with_files(
-    ice: dict[str, Any], rows: pa.Table, sink_id: str = "sink-a", query_id: str = "query-a"
+    ice: dict[str, Any],
+    rows: pa.Table,
+    sink_id: str = "sink-a",
+    query_id: str = "query-a",
+    batch: int = 4,
 ) -> tuple[Any, Any]:
-    """A planned sink and the receipt of one task that wrote ``rows`` (no Spark)."""
+    """A planned sink and the receipt of one task of micro-batch ``batch`` that wrote
+    ``rows`` (no Spark)."""
     sink = IcebergSink(IcebergOptions.from_options(ice["options"]))
     sink.prepare(rows.schema)
     assert sink.records is not None
-    context = WriteContext(sink_id, 4, 0, "a0", True, query_id)
+    context = WriteContext(sink_id, batch, 0, "a0", True, query_id)
     staged = sink.write(SinkBatch(rows, sink.records, context))
-    receipt: Receipt[Any] = Receipt(sink_id, 4, 0, "a0", query_id=query_id, staged=[staged])
+    receipt: Receipt[Any] = Receipt(sink_id, batch, 0, "a0", query_id=query_id, staged=[staged])
     return sink, receipt
 
 
@@ -232,8 +236,7 @@ def _commit_elsewhere(ice: dict[str, Any], batch: int, rows: pa.Table) -> None:
     key = (catalog_of(options).key, options.table_name)
     kept = table_commit._COMMITTED.take(key, lambda: None)
     assert kept is not None, "the first commit left its table for the next one"
-    sink, receipt = _sink_with_files(ice, rows)
-    receipt = dataclasses.replace(receipt, batch_id=batch)
+    sink, receipt = _sink_with_files(ice, rows, batch=batch)
     sink.commit(CommitContext("sink-a", batch, True, "query-a"), [receipt])
     table_commit._COMMITTED.clear()
     table_commit._COMMITTED.give_back(key, kept, keep=True)  # stale now
@@ -251,16 +254,13 @@ def test_a_commit_from_a_stale_kept_table_still_sees_what_landed_since(
     sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
     batch5 = pa.table({"id": pa.array(range(100, 103), pa.int64())})
     _commit_elsewhere(ice, 5, batch5)
-    _, replay = _sink_with_files(ice, batch5)
-    replay = dataclasses.replace(replay, batch_id=5)
+    _, replay = _sink_with_files(ice, batch5, batch=5)
     sink.commit(CommitContext("sink-a", 5, True, "query-a"), [replay])  # from the stale table
     assert [s["quixsinks.batch-id"] for s in snapshots(ice["table"]())] == ["4", "5"]
     assert ice["ids"]() == [0, 1, 2, 3, 4, 100, 101, 102]
     # and the next batch commits on top of both
-    _, receipt6 = _sink_with_files(ice, pa.table({"id": pa.array([200], pa.int64())}))
-    sink.commit(
-        CommitContext("sink-a", 6, True, "query-a"), [dataclasses.replace(receipt6, batch_id=6)]
-    )
+    _, receipt6 = _sink_with_files(ice, pa.table({"id": pa.array([200], pa.int64())}), batch=6)
+    sink.commit(CommitContext("sink-a", 6, True, "query-a"), [receipt6])
     assert [s["quixsinks.batch-id"] for s in snapshots(ice["table"]())] == ["4", "5", "6"]
 
 
@@ -276,10 +276,8 @@ def test_a_commit_from_a_kept_table_whose_schema_changed_since_uses_the_new_sche
     with table.update_schema() as update:  # another writer adds a column
         update.add_column("note", StringType())
     current = ice["table"]().metadata.current_schema_id
-    _, receipt5 = _sink_with_files(ice, rows)
-    sink.commit(
-        CommitContext("sink-a", 5, True, "query-a"), [dataclasses.replace(receipt5, batch_id=5)]
-    )
+    _, receipt5 = _sink_with_files(ice, rows, batch=5)
+    sink.commit(CommitContext("sink-a", 5, True, "query-a"), [receipt5])
     latest = ice["table"]().metadata
     assert latest.snapshot_by_id(latest.current_snapshot_id).schema_id == current
     assert ice["ids"]() == sorted([0, 1, 2] * 2)
