@@ -25,14 +25,16 @@ def cpu() -> ModuleType:
 
 def test_a_child_that_runs_and_ends_is_counted_as_another_process(cpu: ModuleType) -> None:
     """A tool run to its end (redis-benchmark, say) is waited for: its CPU arrives through
-    this process's cutime, under ``others``; no Spark runs here, so no JVM or workers."""
+    this process's cutime, under ``others``, not under the JVM or the workers. (A Spark
+    session that earlier tests of this pytest process started may tick meanwhile, a few
+    hundredths of a second: the bound sits well below the child's 0.3 s.)"""
     before = cpu.sample()
     subprocess.run([sys.executable, "-c", BUSY], check=True)
     used = cpu.sample() - before
     assert used.others >= 0.25
-    assert used.jvm == 0.0
-    assert used.workers == 0.0
-    assert used.total == pytest.approx(used.driver + used.others)
+    assert used.jvm < 0.15
+    assert used.workers < 0.15
+    assert used.total == pytest.approx(used.driver + used.jvm + used.workers + used.others)
     assert used.as_dict()["total"] == pytest.approx(round(used.total, 3))
 
 
