@@ -570,7 +570,7 @@ def history_summary(ms: list[float]) -> dict[str, Any]:
 
 
 def iceberg_commit_ceiling(workdir: Path, commits: int, warmup: int) -> dict[str, Any]:
-    """The destination's own fastest commit, for the ``iceberg`` case: in this process (no
+    """The destination library's own commit, for the ``iceberg`` case: in this process (no
     Spark), two tables of the page's catalog layout grow side by side, one 100-row data
     file per commit, written outside the timing; one is committed through pyiceberg's
     own API (``table.transaction()``, ``fast_append``, its ``commit_transaction``), the
