@@ -44,19 +44,25 @@ demo: install
 
 ## Run every test (unit and integration, with the servers they need), then the compat tests.
 ## The compat virtualenv is built in the background while the main run's tests go.
-# `make test` runs the suite in several pytest processes, one Spark JVM each: Spark 4.3 keeps
-# Python workers of every streaming query a session ran (about 60 MB each), and one session
-# for the whole suite outgrew the machine's memory. Every part runs; any failure fails.
-TEST_PARTS := tests/integration/test_[a-c]*.py|tests/integration/test_d*.py|\
-	tests/integration/test_[e-i]*.py|tests/integration/test_[j-p]*.py|\
-	tests/integration/test_[q-z]*.py tests/unit
+# `make test` runs the suite in several pytest runs, one after the other, each split over
+# TEST_WORKERS pytest-xdist workers (whole files per worker: module fixtures start once),
+# one Spark JVM and its own servers per worker. Spark 4.3 keeps Python workers of every
+# streaming query a session ran (about 60 MB each), and one session for the whole suite
+# outgrew the machine's memory: a worker runs a sixth of it. A test waits on Spark, its
+# servers and subprocesses most of the time, so two workers on 2 cores take about 0.7 of
+# the time of one (three: no faster). The slowest files come first in each part, so no
+# worker starts one last. Every part runs; any failure fails. TEST_WORKERS=1: no xdist.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+TEST_PARTS := tests/integration/test_d*.py tests/integration/test_[a-c]*.py|\
+	tests/integration/test_[e-p]*.py|tests/integration/test_[q-z]*.py tests/unit
 test: install services
 	@{ $(MAKE) --no-print-directory $(COMPAT_VENV)/.installed-stamp > .compat-venv.log 2>&1; \
 	   echo $$? > .compat-venv.rc; } & \
 	status=0; n=0; parts='$(TEST_PARTS)'; set -f; IFS='|'; \
 	for part in $$parts; do set +f; unset IFS; n=$$((n + 1)); \
 	  echo "== make test: part $$n: $$part"; \
-	  $(PY) -m pytest $$part $(PYTEST_ARGS) \
+	  $(PY) -m pytest $$part $(XDIST) $(PYTEST_ARGS) \
 	    $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/junit-main-$$n.xml \
 	    --durations-file=$(TEST_REPORTS)/durations-main-$$n.txt) || status=1; set -f; IFS='|'; \
 	done; set +f; unset IFS; wait; \
@@ -74,7 +80,7 @@ COMPAT_TESTS := tests/unit tests/integration/test_file_sink.py tests/integration
 	tests/integration/test_postgresql.py tests/integration/test_type_fidelity.py
 test-compat: java services $(COMPAT_VENV)/.installed-stamp
 	$(COMPAT_VENV)/bin/python -c "import pyspark, pyarrow; print('compat:', 'pyspark', pyspark.__version__, 'pyarrow', pyarrow.__version__)"
-	QUIXSINKS_COMPAT=1 $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(PYTEST_ARGS) \
+	QUIXSINKS_COMPAT=1 $(COMPAT_VENV)/bin/python -m pytest $(COMPAT_TESTS) $(XDIST) $(PYTEST_ARGS) \
 	  $(call reports,compat)
 
 $(COMPAT_VENV)/.installed-stamp: pyproject.toml Makefile
