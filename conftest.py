@@ -93,10 +93,14 @@ def _compat_skip_reason(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Everything under tests/integration is marked `integration`; compat skips are named."""
+    """Everything under tests/integration is marked `integration`; compat skips are named.
+    Files marked `long` run first (in their order; the others keep theirs): `make test`
+    hands whole files to its xdist workers in this order, so the longest start early and
+    no worker is left running one alone at the end."""
     for item in items:
         if "tests/integration/" in item.nodeid.replace("\\", "/"):
             item.add_marker(pytest.mark.integration)
         reason = _compat_skip_reason(item)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHES = re.findall(r"benchmarks/(bench_\w+)\.py", (ROOT / "Makefile").read_text())
 

@@ -19,6 +19,8 @@ from quixsinks.testing import faulty
 
 from .streams import run_available_now, write_input_files
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 
 def write(df: Any, sink: dict[str, Any], mode: str = "append", **options: str) -> None:
     writer = df.write.format(options.pop("fmt", "bigquery")).mode(mode)

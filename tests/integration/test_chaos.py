@@ -15,6 +15,8 @@ from tests.services.bigquery_emulator import BQEmulator
 from tests.services.postgres import PostgresServer
 from tests.services.redis_server import RedisServer
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 
 @pytest.mark.parametrize(("target_name", "fault_name"), sorted(QUICK))
 def test_a_quick_cell_keeps_the_claimed_guarantee(

@@ -23,6 +23,8 @@ from tests.services.spark_cluster import SparkCluster
 
 from .streams import read_jsonl_ids, write_input_files
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 JOB = Path(__file__).with_name("cluster_job.py")
 
 

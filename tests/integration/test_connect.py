@@ -22,6 +22,8 @@ from tests.services.spark_cluster import SparkConnectServer
 
 from .streams import read_jsonl_ids, write_input_files
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 CLIENT = Path(__file__).with_name("connect_client.py")
 BLOCKER = Path(__file__).with_name("blocked_imports")
 

@@ -28,6 +28,8 @@ from .poison import (
 )
 from .streams import run_available_now
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 
 def run_stream(
     spark: Any, tmp_path: Path, fmt: str, options: dict[str, str], batches: list[Any]

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(

@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import pytest
 
 from quixsinks.testing import kill_at_random
 
 from .poison import dead_letter_offsets, write_kafka_batches
 from .streams import read_jsonl_ids, write_input_files
+
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
 
 JOB = Path(__file__).with_name("kill_job.py")
 KILLS = 2

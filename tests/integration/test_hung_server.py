@@ -36,6 +36,8 @@ import pytest
 from tests.integration.streams import INPUT_SCHEMA, stream_from, write_input_files
 from tests.services.blackhole import BlackHole
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 #: the liveness guard: a write against a hung server that runs longer than this is a hang
 GUARD_SECONDS = 120.0
 #: the timeout option every test gives its sink

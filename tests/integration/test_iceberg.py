@@ -22,6 +22,8 @@ from quixsinks.testing import faulty
 
 from .streams import run_available_now, write_input_files
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 pytest.importorskip("pyiceberg")
 
 

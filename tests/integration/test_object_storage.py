@@ -21,6 +21,8 @@ from quixsinks.testing import faulty, kill_at_random
 
 from .streams import run_available_now, write_input_files
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 STORES = ["s3", "azure", "gcs"]
 KILL_JOB = Path(__file__).with_name("kill_job.py")
 

@@ -15,6 +15,8 @@ from quixsinks.testing import faulty
 
 from .streams import run_available_now, write_input_files
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 
 def write(df: Any, pg: dict[str, Any], mode: str = "append", **options: str) -> None:
     writer = df.write.format("postgresql").mode(mode)

@@ -24,6 +24,8 @@ from . import silence_callbacks
 from .streams import run_available_now, write_input_files
 from .test_object_storage import STORES, make_store
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 HOUR_MS = 3_600_000
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

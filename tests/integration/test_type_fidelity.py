@@ -35,6 +35,8 @@ from tests.fidelity_matrix import (
     Case,
 )
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 T0 = 1714521600000
 VALUE_CASES = [c for c in CASES if c.role == "value"]
 

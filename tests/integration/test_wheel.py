@@ -25,6 +25,8 @@ import pytest
 from quixsinks.catalogue import discovery_modules, format_names
 from quixsinks.spark.registry import BUILTIN_SINKS
 
+pytestmark = pytest.mark.long  # a minute or more: run first (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 #: the pyspark a platform would bring: the oldest one quixsinks supports
 PLATFORM_PYSPARK = "4.1.0"
