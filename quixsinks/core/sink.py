@@ -50,6 +50,7 @@ __all__ = [
     "Receipt",
     "Sink",
     "Task",
+    "small_batches",
     "staged_in_order",
 ]
 
@@ -60,6 +61,26 @@ MAX_BATCH_ID = 2**53 - 1
 StagedT = TypeVar("StagedT")
 OptionsT = TypeVar("OptionsT", bound="CommonOptions")
 R = TypeVar("R")
+
+
+#: ``max_batch_bytes`` of every sink (64 MiB): few, large SinkBatches
+BATCH_BYTES = 64 * 1024 * 1024
+#: ``max_batch_bytes`` of a sink that builds a Python object per row (:func:`small_batches`)
+SMALL_BATCH_BYTES = 1024 * 1024
+
+
+def small_batches(why: str) -> Any:
+    """The ``max_batch_bytes`` option of a sink that sends its rows as messages or commands
+    (a Python object or more per row, all built before a SinkBatch is sent): 1 MiB
+    SinkBatches keep a task's memory flat whatever its partition's size, and cost nothing,
+    since Spark hands the next batch over while one is being sent. ``why``: what this sink
+    builds per row, for the option's doc."""
+    return option(
+        SMALL_BATCH_BYTES,
+        minimum=1,
+        doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes "
+        f"(1 MiB here, not 64: {why}; Spark prepares the next batch while one is being sent)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +117,7 @@ class CommonOptions(SinkOptions):
         "column as JSON objects; columns: write the value columns as they are",
     )
     max_batch_bytes: int = option(
-        64 * 1024 * 1024,
+        BATCH_BYTES,
         minimum=1,
         doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes",
     )

@@ -209,3 +209,14 @@ def fails(value: object) -> bytes:
 def test_a_value_serializer_that_raises_is_a_record_error_naming_the_row() -> None:
     with pytest.raises(RecordError, match="'value_serializer' failed on row 0: ValueError: no"):
         messages({"value_serializer": f"{__name__}:fails"}, kafka_table())
+
+
+def test_a_task_hands_the_sink_small_batches_unless_told_otherwise() -> None:
+    """A SinkBatch's messages are all built before it is published: 1 MiB SinkBatches keep
+    a task's memory flat (bench_memory: the whole partition was one SinkBatch before)."""
+    from quixsinks.core.sink import SMALL_BATCH_BYTES, CommonOptions
+
+    default = MQTTOptions.from_options(BASE)
+    assert default.max_batch_bytes == SMALL_BATCH_BYTES < CommonOptions().max_batch_bytes
+    told = MQTTOptions.from_options({**BASE, "max_batch_bytes": str(64 * 1024 * 1024)})
+    assert told.max_batch_bytes == 64 * 1024 * 1024

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
-from quixsinks.core.sink import CommonOptions
+from quixsinks.core.sink import CommonOptions, small_batches
 
 __all__ = [
     "MAX_TOPIC_BYTES",
@@ -145,6 +145,10 @@ class MQTTOptions(CommonOptions):
         "window; at most 65535, and with MQTT 5 at most the broker's receive maximum)",
     )
     keepalive_seconds: int = option(60, minimum=5, doc="MQTT keep-alive interval of the connection")
+    max_batch_bytes: int = small_batches(
+        "a SinkBatch's messages (topic, payload and properties of each row) are all built "
+        "before the first is published, several hundred bytes of Python objects a row"
+    )
 
     def validate(self) -> None:
         super().validate()

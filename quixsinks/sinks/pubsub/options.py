@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
-from quixsinks.core.sink import CommonOptions
+from quixsinks.core.sink import CommonOptions, small_batches
 
 from .wire import name_problem
 
@@ -130,13 +130,9 @@ class PubSubOptions(CommonOptions):
         doc="Messages a task publishes before it waits for all their results (one delivery "
         "round; failed ones are resent); bounds the futures a task holds",
     )
-    max_batch_bytes: int = option(
-        1024 * 1024,
-        minimum=1,
-        doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes "
-        "(1 MiB here, not 64: a SinkBatch's messages are all built before it publishes, about "
-        "1 KB of Python objects a row, so 64 MiB of small rows held about 2 GB; and Spark "
-        "prepares the next batch while one is being sent)",
+    max_batch_bytes: int = small_batches(
+        "a SinkBatch's messages are all built before it publishes, about 1 KB of Python "
+        "objects a row, so 64 MiB of small rows held about 2 GB"
     )
     check_topic: bool = option(
         True,

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from quixsinks.core.errors import OptionError
 from quixsinks.core.options import check_import_path, option
-from quixsinks.core.sink import LedgerOptions
+from quixsinks.core.sink import LedgerOptions, small_batches
 
 __all__ = ["APPENDING", "DataType", "RedisOptions", "template_fields", "template_separators"]
 
@@ -159,12 +159,7 @@ class RedisOptions(LedgerOptions):
         doc="Redis Cluster: rows go to the node of their key's hash slot, pipelined per node "
         "(string, hash, set, zset)",
     )
-    max_batch_bytes: int = option(
-        1024 * 1024,
-        minimum=1,
-        doc="A task hands its rows to the sink in SinkBatches of about this many Arrow bytes "
-        "(1 MiB here, not 64: Spark prepares the next batch while one is being sent)",
-    )
+    max_batch_bytes: int = small_batches("a SinkBatch's commands are built before it is sent")
     pipeline_size: int = option(
         1000,
         minimum=1,
