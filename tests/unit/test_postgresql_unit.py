@@ -17,7 +17,7 @@ from quixsinks.core.errors import (
     RecordError,
     RetryableError,
 )
-from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink
+from quixsinks.sinks.postgresql import PostgreSQLOptions, PostgreSQLSink, client
 from quixsinks.sinks.postgresql.client import translate
 from quixsinks.sinks.postgresql.schema import (
     Column,
@@ -248,6 +248,31 @@ def test_sqlstates_translate_to_what_the_caller_can_do(code: str, expected: type
 def test_connection_failures_without_sqlstate_are_classified(text: str, expected: type) -> None:
     translated = translate(psycopg2.OperationalError(text), "pg://h/db", connecting=True)
     assert type(translated) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "timed_out"),
+    [
+        ('connection to server at "127.0.0.1", port 1 failed: timeout expired', True),
+        ('connection to server at "127.0.0.1", port 1 failed: Connection refused', False),
+    ],
+)
+def test_libpqs_timeout_names_the_option_however_soon_it_ends(
+    monkeypatch: pytest.MonkeyPatch, text: str, timed_out: bool
+) -> None:
+    """libpq's "timeout expired" is a timeout even when this process's clock saw less than
+    connect_timeout pass (a CI run did); a refused connection is not."""
+
+    def fail_at_once(**params: object) -> None:
+        raise psycopg2.OperationalError(text)
+
+    monkeypatch.setattr(psycopg2, "connect", fail_at_once)
+    options = PostgreSQLOptions.from_options({**BASE, "connection_timeout_seconds": "2"})
+    with pytest.raises(RetryableError) as caught:
+        client.connect(options)
+    named = "timed out (no answer in 2 s; option 'connection_timeout_seconds')"
+    assert (named in caught.value.message) is timed_out
+    assert ("cannot connect" in caught.value.message) is not timed_out
 
 
 def test_every_psycopg2_error_class_translates_to_a_quixsinks_error() -> None:
