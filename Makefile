@@ -50,8 +50,9 @@ demo: install
 # streaming query a session ran (about 60 MB each), and one session for the whole suite
 # outgrew the machine's memory: a worker runs a sixth of it. A test waits on Spark, its
 # servers and subprocesses most of the time, so two workers on 2 cores take about 0.6 of
-# the time of one (CI here: 25 minutes instead of 40; three workers: no faster). Files marked `long` run first (conftest.py), so no
-# worker starts one last. Every part runs; any failure fails. TEST_WORKERS=1: no xdist.
+# the time of one (CI here: 25 minutes instead of 40; three workers: no faster). Files
+# marked `long` run first (conftest.py), so no worker starts one last. Every part runs;
+# any failure fails. TEST_WORKERS=1: no xdist.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 TEST_PARTS := tests/integration/test_[a-d]*.py|\
