@@ -267,9 +267,8 @@ def test_libpqs_timeout_names_the_option_however_soon_it_ends(
         raise psycopg2.OperationalError(text)
 
     monkeypatch.setattr(psycopg2, "connect", fail_at_once)
-    options = PostgreSQLOptions.from_options({**BASE, "connection_timeout_seconds": "2"})
     with pytest.raises(RetryableError) as caught:
-        client.connect(options)
+        client.connect(options(connection_timeout_seconds="2"))
     named = "timed out (no answer in 2 s; option 'connection_timeout_seconds')"
     assert (named in caught.value.message) is timed_out
     assert ("cannot connect" in caught.value.message) is not timed_out
