@@ -334,8 +334,11 @@ def redirect_io(spark: Any, servers: Servers, monkeypatch: pytest.MonkeyPatch) -
 def restore_settings(spark: Any, settings: dict[str, str]) -> None:
     """The session's settings as they were before an example changed them: errors.md turns
     Python worker logging on, and with it every later example's tasks started a new Python
-    worker (about 4 s each here; see 'In the log' in docs/errors.md)."""
+    worker (about 4 s each here; see 'In the log' in docs/errors.md). Keys Spark reads only at
+    start (getting-started.md's builder sets `spark.pyspark.python`) cannot change and are left."""
     for key, value in spark.conf.getAll.items():
+        if not spark.conf.isModifiable(key):
+            continue
         if key not in settings:
             spark.conf.unset(key)
         elif value != settings[key]:
