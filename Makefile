@@ -46,13 +46,13 @@ demo: install
 ## The compat virtualenv is built in the background while the main run's tests go.
 # `make test` runs the suite in several pytest runs, one after the other, each split over
 # TEST_WORKERS pytest-xdist workers (whole files per worker: module fixtures start once),
-# one Spark JVM and its own servers per worker. Spark 4.3 keeps Python workers of every
-# streaming query a session ran (about 60 MB each), and one session for the whole suite
-# outgrew the machine's memory: a worker runs a sixth of it. A test waits on Spark, its
-# servers and subprocesses most of the time, so two workers on 2 cores take about 0.6 of
-# the time of one (CI here: 25 minutes instead of 40; three workers: no faster). Files
-# marked `long` run first (conftest.py), so no worker starts one last. Every part runs;
-# any failure fails. TEST_WORKERS=1: no xdist.
+# one Spark JVM and its own servers per worker. The parts keep memory low: in CI here on
+# 12-06, the three parts took 378, 252 and 176 s with memory use peaking at 11.1 GB, one
+# run of everything 718 s with 15.0 GB, still climbing at its end. A test waits on Spark,
+# its servers and subprocesses most of the time, so two workers on 2 cores take about 0.6
+# of the time of one (three workers: no faster). Files marked `long` run first
+# (conftest.py), so no worker starts one last. Every part runs; any failure fails.
+# TEST_WORKERS=1: no xdist.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 TEST_PARTS := tests/integration/test_[a-d]*.py|\
