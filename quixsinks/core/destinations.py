@@ -4,7 +4,9 @@ A :class:`Destination` (the contract, in :mod:`quixsinks.core.storage`) is a fla
 under a root (``a/b/c.parquet``) with the few operations the commit protocol needs:
 
 * ``write_bytes`` (overwrites), ``read_bytes``, ``exists``, ``list``, ``delete``;
-* ``move`` to a fixed final name (rename on disk, copy+delete on object stores);
+* ``move`` to a fixed final name (rename on disk, copy+delete on object stores), and
+  ``move_many``, a commit's moves (side by side on object stores; on disk, renames in turn
+  and one fsync per folder);
 * ``create_exclusive``: create a small object only if it does not exist yet
   (``O_EXCL``/link on disk, ``If-None-Match: *`` on S3, ``overwrite=False`` on Azure),
   the primitive that lets exactly one driver publish a micro-batch.
@@ -19,18 +21,19 @@ when pickled. This module holds local disk, the object stores' credential option
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from .errors import DestinationAccessDeniedError, DestinationError, DestinationNotFoundError
 from .options import SinkOptions, option
-from .storage import DEFAULT_STORAGE_TIMEOUT, Destination
+from .storage import DEFAULT_STORAGE_TIMEOUT, Destination, Move
 
 __all__ = [
     "DEFAULT_STORAGE_TIMEOUT",
@@ -249,11 +252,32 @@ class LocalDestination(Destination):
         self._prune_empty(os.path.dirname(path))
 
     def move(self, src: str, dst: str) -> None:
+        _fsync_dir(self._rename(src, dst))
+
+    def move_many(self, moves: Sequence[Move]) -> builtins.list[Move]:
+        """The renames in turn (each a local metadata call: threads would only add their
+        start-up), then one fsync per folder that received a file, not one per file."""
+        missing: builtins.list[Move] = []
+        folders: set[str] = set()
+        for src, dst in moves:
+            try:
+                folders.add(self._rename(src, dst))
+            except DestinationNotFoundError:
+                if not self.exists(dst):
+                    missing.append((src, dst))
+                    continue
+                folders.add(os.path.dirname(self.path(dst)))  # moved, maybe not yet durably
+        for folder in sorted(folders):
+            _fsync_dir(folder)
+        return missing
+
+    def _rename(self, src: str, dst: str) -> str:
+        """Rename ``src`` to ``dst`` (not yet durable); the folder that holds it now."""
         source, target = self.path(src), self.path(dst)
         with _translate(source):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(source, target)
-            _fsync_dir(os.path.dirname(target))
+        return os.path.dirname(target)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
         # Write the content under a unique name, then link it into place: the link is

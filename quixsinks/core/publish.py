@@ -53,7 +53,6 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -79,8 +78,6 @@ _BATCH_DIGITS = 20
 #: Prune old markers and sweep abandoned staging in every N-th batch's commit (listing
 #: the ledger and the staging area costs requests on an object store).
 HOUSEKEEPING_EVERY = 10
-#: Moves (server-side copies on object stores) run side by side in a commit.
-MOVE_THREADS = 8
 #: An empty marker older than this was torn by a crash between create and write.
 TORN_MARKER_SECONDS = 60.0
 #: Staging older than this, that no marker names, belongs to nobody (hours).
@@ -365,14 +362,6 @@ class FilePublisher:
     def is_committed(self, sink_id: str, batch_id: int) -> bool:
         return self.destination.exists(self.staging.marker_key(sink_id, batch_id))
 
-    def _moved(self, moves: list[tuple[str, str]]) -> list[tuple[str, str] | None]:
-        """:meth:`_move` of each; several side by side (object stores copy server-side,
-        one request per file), one on this thread (a small micro-batch's only file)."""
-        if len(moves) <= 1:
-            return [self._move(move) for move in moves]
-        with ThreadPoolExecutor(max_workers=min(MOVE_THREADS, len(moves))) as pool:
-            return list(pool.map(self._move, moves))
-
     def publish(
         self,
         sink_id: str,
@@ -437,7 +426,7 @@ class FilePublisher:
             self._delete_published(
                 str(manifest["replace_prefix"]), {dst for _, dst in moves}, batch_id, newer
             )
-        missing = [m for m in self._moved(moves) if m is not None]
+        missing = self.destination.move_many(moves)
         if missing:
             if overwrite and self._newer_committed(sink_id, batch_id):
                 return self._superseded(sink_id, batch_id)
@@ -465,16 +454,6 @@ class FilePublisher:
     def _newer_committed(self, sink_id: str, batch_id: int) -> bool:
         """Whether a later batch of this sink id has a marker (complete mode: ours is stale)."""
         return self.store.newest_batch(sink_id) > batch_id
-
-    def _move(self, move: tuple[str, str]) -> tuple[str, str] | None:
-        """Move one staged file; the pair when it is neither in staging nor published."""
-        src, dst = move
-        try:
-            self.destination.move(src, dst)
-            return None
-        except DestinationNotFoundError:
-            pass  # moved already: by an earlier attempt, or a concurrent committer
-        return None if self.destination.exists(dst) else move
 
     def _superseded(self, sink_id: str, batch_id: int) -> PublishResult:
         logger.warning(

@@ -9,16 +9,24 @@ both, so no import runs in a circle.
 
 from __future__ import annotations
 
+import builtins
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-__all__ = ["DEFAULT_STORAGE_TIMEOUT", "Destination"]
+from .errors import DestinationNotFoundError
+
+__all__ = ["DEFAULT_STORAGE_TIMEOUT", "MOVE_THREADS", "Destination", "Move"]
 
 #: Seconds an object store client waits for an answer to one request (and, at most
 #: its backend's connect cap of them, for a connection): ``storage_timeout_seconds``.
 DEFAULT_STORAGE_TIMEOUT = 60.0
+#: A move: (source key, destination key).
+Move = tuple[str, str]
+#: Moves (server-side copies on object stores) run side by side in :meth:`Destination.move_many`.
+MOVE_THREADS = 8
 
 
 class Destination(ABC):
@@ -73,6 +81,30 @@ class Destination(ABC):
     @abstractmethod
     def move(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst``."""
+
+    def move_many(self, moves: Sequence[Move]) -> builtins.list[Move]:
+        """Move each ``(src, dst)`` pair, durably; the pairs found at neither end (their
+        source is gone and was never moved). A pair moved already, by an earlier attempt
+        or a concurrent committer, is no error.
+
+        The default runs :meth:`move` for several pairs side by side: on an object store
+        each is a request (a server-side copy). One pair runs on this thread.
+        """
+
+        def moved(move: Move) -> Move | None:
+            src, dst = move
+            try:
+                self.move(src, dst)
+                return None
+            except DestinationNotFoundError:
+                return None if self.exists(dst) else move
+
+        if len(moves) <= 1:
+            results = [moved(move) for move in moves]
+        else:
+            with ThreadPoolExecutor(max_workers=min(MOVE_THREADS, len(moves))) as pool:
+                results = list(pool.map(moved, moves))
+        return [move for move in results if move is not None]
 
     @abstractmethod
     def create_exclusive(self, key: str, data: bytes) -> bool:

@@ -101,6 +101,19 @@ def test_move_replaces_the_target_and_removes_the_source(dest: Destination) -> N
         dest.move("s/x", "d/y")
 
 
+def test_move_many_moves_each_and_reports_only_what_is_lost(dest: Destination) -> None:
+    """A commit's moves (side by side on object stores): one done by an earlier attempt
+    is no error; one in neither place comes back."""
+    for name in ("a", "b", "c"):
+        dest.write_bytes(f"s/{name}", name.encode())
+    dest.write_bytes("d/done", b"done")
+    moves = [("s/a", "d/a"), ("s/b", "d/x/b"), ("s/c", "d/c"), ("s/done", "d/done")]
+    assert dest.move_many([*moves, ("s/lost", "d/lost")]) == [("s/lost", "d/lost")]
+    assert dest.list("d") == ["d/a", "d/c", "d/done", "d/x/b"]
+    assert [dest.read_bytes(k) for k in ("d/a", "d/x/b", "d/c")] == [b"a", b"b", b"c"]
+    assert dest.list("s") == []
+
+
 def test_list_is_recursive_sorted_and_paginated(dest: Destination) -> None:
     keys = [f"many/{i:05d}" for i in range(1105)]
     _parallel(lambda key: dest.write_bytes(key, b""), keys)

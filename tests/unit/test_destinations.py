@@ -241,6 +241,33 @@ def test_move_of_a_missing_source_is_not_found(dest: LocalDestination) -> None:
         dest.move("nope", "dst")
 
 
+def test_move_many_moves_in_turn_and_syncs_each_folder_once(
+    dest: LocalDestination, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit's moves: the ones already done are no error, a lost one is reported, and
+    every folder that received a file (also one moved earlier) is made durable once."""
+    import quixsinks.core.destinations as destinations
+
+    synced: list[str] = []
+    monkeypatch.setattr(destinations, "_fsync_dir", synced.append)
+    for name in ("a", "b", "c"):
+        dest.write_bytes(f"staging/{name}", name.encode())
+    dest.write_bytes("final/hour=1/d", b"d")  # moved by an earlier attempt
+    missing = dest.move_many(
+        [
+            ("staging/a", "final/hour=0/a"),
+            ("staging/b", "final/hour=0/b"),
+            ("staging/c", "final/hour=1/c"),
+            ("staging/d", "final/hour=1/d"),
+            ("staging/e", "final/hour=1/e"),  # lost: in neither place
+        ]
+    )
+    assert missing == [("staging/e", "final/hour=1/e")]
+    assert dest.list("final") == [f"final/hour={h}/{n}" for h, n in ("0a", "0b", "1c", "1d")]
+    assert dest.list("staging") == []
+    assert synced == [os.path.join(dest.root, "final", f"hour={h}") for h in (0, 1)]
+
+
 # ----------------------------------------------------------------------------- create_exclusive
 
 

@@ -33,17 +33,17 @@ class Crash(Exception):
 
 
 class HookedDestination(LocalDestination):
-    """A LocalDestination that runs ``before_move(n)`` before its n-th move (0-based)."""
+    """A LocalDestination that runs ``before_move(n)`` before its n-th rename (0-based)."""
 
     def __init__(self, root: str, before_move: Callable[[int], None]) -> None:
         super().__init__(root)
         self.before_move = before_move
         self.moves = 0
 
-    def move(self, src: str, dst: str) -> None:
+    def _rename(self, src: str, dst: str) -> str:
         n, self.moves = self.moves, self.moves + 1
         self.before_move(n)
-        super().move(src, dst)
+        return super()._rename(src, dst)
 
 
 @pytest.fixture
