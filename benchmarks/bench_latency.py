@@ -966,8 +966,8 @@ Times are Spark's own per-batch `durationMs` from a StreamingQueryListener:
 `triggerExecution` is the whole micro-batch (offsets, planning, the write, the commit
 logs), `addBatch` the write alone. Overhead = the case's p50 minus the floor's p50 of the
 same round, median over rounds (the target's figure); the same for `addBatch` alone, which
-leaves out Spark's offset and commit logs (`walCommit`, `commitOffsets`: 100-250 ms of
-local checkpoint writes per batch here, whatever the sink). `spark-noop` is
+leaves out Spark's offset and commit logs (`walCommit`, `commitOffsets`: local checkpoint
+writes, whatever the sink; their times are in the phase table). `spark-noop` is
 informational: what Spark's Python data source path itself costs over a JVM sink.
 History: one query per sink of the page's `--history-batches` micro-batches; the median
 per-batch time of the first and of the last {window} batches (at most 100; a quarter of
