@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,31 @@ def spark() -> Iterator[object]:
     quixsinks.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _spark_settings_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """What a test changes in the shared session's settings ends with it. A setting left
+    on slows or breaks the tests after it in the same worker: docs/errors.md's example
+    turned Python worker logging on, and every later test there started new Python
+    workers for each task (about 4 s per micro-batch, 10 minutes of CI)."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    spark: Any = request.getfixturevalue("spark")
+    before = dict(spark.conf.getAll)
+    yield
+    if spark.sparkContext._jsc is None:  # the test stopped the session: nothing to restore
+        return
+    after = dict(spark.conf.getAll)
+    for key in set(before) | set(after):
+        # keys Spark reads only at start (a builder's spark.pyspark.python) cannot change
+        if before.get(key) == after.get(key) or not spark.conf.isModifiable(key):
+            continue
+        if key in before:
+            spark.conf.set(key, before[key])
+        else:
+            spark.conf.unset(key)
 
 
 # `make test-compat` runs the oldest supported pyspark and pyarrow (15). The iceberg extra is not

@@ -331,20 +331,6 @@ def redirect_io(spark: Any, servers: Servers, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(reader_class, name, local_read)
 
 
-def restore_settings(spark: Any, settings: dict[str, str]) -> None:
-    """The session's settings as they were before an example changed them: errors.md turns
-    Python worker logging on, and with it every later example's tasks started a new Python
-    worker (about 4 s each here; see 'In the log' in docs/errors.md). Keys Spark reads only at
-    start (getting-started.md's builder sets `spark.pyspark.python`) cannot change and are left."""
-    for key, value in spark.conf.getAll.items():
-        if not spark.conf.isModifiable(key):
-            continue
-        if key not in settings:
-            spark.conf.unset(key)
-        elif value != settings[key]:
-            spark.conf.set(key, settings[key])
-
-
 @pytest.mark.parametrize("code", examples())
 def test_the_example_runs(
     code: str,
@@ -373,7 +359,6 @@ def test_the_example_runs(
     sys.modules[module.__name__] = module
     cloudpickle.register_pickle_by_value(module)
     before = {q.id for q in spark.streams.active}
-    settings = dict(spark.conf.getAll)
     Webhook.bodies.clear()
     try:
         exec(compile(code, f"<{request.node.callspec.id}>", "exec"), module.__dict__)
@@ -388,7 +373,6 @@ def test_the_example_runs(
             query.stop()
         cloudpickle.unregister_pickle_by_value(module)
         del sys.modules[module.__name__]
-        restore_settings(spark, settings)
     assert servers.writes, "the example wrote nothing"
     if "webhook" in servers.writes:
         assert sum(len(body) for body in Webhook.bodies) == len(ROWS)
