@@ -263,7 +263,12 @@ def test_move_many_moves_in_turn_and_syncs_each_folder_once(
         ]
     )
     assert missing == [("staging/e", "final/hour=1/e")]
-    assert dest.list("final") == [f"final/hour={h}/{n}" for h, n in ("0a", "0b", "1c", "1d")]
+    assert dest.list("final") == [
+        "final/hour=0/a",
+        "final/hour=0/b",
+        "final/hour=1/c",
+        "final/hour=1/d",
+    ]
     assert dest.list("staging") == []
     assert synced == [os.path.join(dest.root, "final", f"hour={h}") for h in (0, 1)]
 
