@@ -111,18 +111,16 @@ def spark_connect() -> Iterator[SparkConnectServer]:
 
 
 @pytest.fixture
-def worker_logs(spark: Any) -> Iterator[Callable[[str], int]]:
-    """Spark's Python worker logging on for the test; the fixture counts the log lines of
-    Python workers (quixsinks' commits included) that contain a text."""
+def worker_logs(spark: Any) -> Callable[[str], int]:
+    """Spark's Python worker logging on for the test (the setting ends with it: the root
+    conftest.py); the fixture counts the log lines of Python workers (quixsinks' commits
+    included) that contain a text."""
     from pyspark.sql import functions as F
 
-    key = "spark.sql.pyspark.worker.logging.enabled"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "true")
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")
 
     def count(text: str) -> int:
         logs = spark.tvf.python_worker_logs()
         return int(logs.where(F.col("msg").contains(text)).count())
 
-    yield count
-    spark.conf.set(key, before)
+    return count

@@ -86,17 +86,12 @@ def test_a_batch_writes_commit_record_is_in_python_worker_logs(spark: Any, tmp_p
             rows, "key string, value string, topic string, partition int, offset bigint, ts bigint"
         )
     )
-    key = "spark.sql.pyspark.worker.logging.enabled"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "true")
-    try:
-        df.coalesce(1).write.format("file").mode("append").option("on_error", "skip").save(
-            str(tmp_path / "out")
-        )
-        logs = spark.tvf.python_worker_logs().where(F.col("logger") == "quixsinks.commits")
-        records = [quixsinks.CommitRecord.from_json(row.msg) for row in logs.collect()]
-    finally:
-        spark.conf.set(key, before)
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")  # ends with the test
+    df.coalesce(1).write.format("file").mode("append").option("on_error", "skip").save(
+        str(tmp_path / "out")
+    )
+    logs = spark.tvf.python_worker_logs().where(F.col("logger") == "quixsinks.commits")
+    records = [quixsinks.CommitRecord.from_json(row.msg) for row in logs.collect()]
     [record] = [r for r in records if r.sink == "file" and r.skipped]
     assert (record.rows, record.skipped, record.rows_written) == (5, 2, 3)
 

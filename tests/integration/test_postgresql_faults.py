@@ -38,13 +38,10 @@ def proxied(pg: dict[str, Any]) -> Iterator[tuple[dict[str, Any], LostAckProxy]]
 
 
 @pytest.fixture
-def small_arrow_batches(spark: Any) -> Iterator[None]:
-    """Spark hands tasks Arrow batches of 100 rows: a task writes several SinkBatches."""
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "100")
-    yield
-    spark.conf.set(key, before)
+def small_arrow_batches(spark: Any) -> None:
+    """Spark hands tasks Arrow batches of 100 rows: a task writes several SinkBatches (the
+    setting ends with the test: conftest.py)."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
