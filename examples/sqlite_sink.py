@@ -64,9 +64,11 @@ class SQLiteLedgerStore(RecordingLedgerStore):
             "DELETE FROM _ledger WHERE sink_id = ? AND query_id = ?", (sink_id, query_id)
         )
 
-    def prune(self, sink_id: str, below_batch_id: int) -> None:
+    def prune(self, sink_id: str, keep: int) -> None:  # all but the newest `keep` entries
         self.conn.execute(
-            "DELETE FROM _ledger WHERE sink_id = ? AND batch_id < ?", (sink_id, below_batch_id)
+            "DELETE FROM _ledger WHERE sink_id = ? AND batch_id NOT IN (SELECT batch_id FROM "
+            "_ledger WHERE sink_id = ? ORDER BY batch_id DESC LIMIT ?)",
+            (sink_id, sink_id, keep),
         )
 
 

@@ -26,9 +26,13 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from .sink import Receipt
 
-__all__ = ["COMMIT_RECORD_SCHEMA", "CommitRecord", "records_table"]
+__all__ = ["COMMIT_RECORD_SCHEMA", "SKIPPED", "CommitRecord", "records_table"]
 
 logger = logging.getLogger("quixsinks.commits")
+
+#: A sink's counter named with this prefix counts rows it left out by its own rule (not an
+#: error): they count as ``skipped`` in the commit record, not as ``rows_written``.
+SKIPPED = "skipped_"
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,13 @@ class CommitRecord:
         sink: the sink's format name.
         sink_id, batch_id, query_id: which write.
         rows: rows the tasks handed to the sink.
-        rows_written: rows less those dead-lettered or skipped (by ``on_error`` or a
-            per-sink option such as redis ``null_keys``).
+        rows_written: rows less those dead-lettered or skipped.
         nbytes: Arrow bytes the tasks handed to the sink.
         partitions: task receipts the commit saw.
-        dead_lettered, skipped: refused rows (``on_error``).
+        dead_lettered: rows refused into dead letters (``on_error``).
+        skipped: rows left out: refused under ``on_error=skip``, and skipped by the sink's
+            own rules (every counter named ``skipped_*``: redis ``null_keys=skip``, a
+            point without a field...).
         retries: retries the tasks' RetryPolicy made.
         write_seconds: time spent in the sink's write calls, summed over tasks.
         commit_seconds: time from the start of the driver's commit to the record (stored
@@ -84,7 +90,8 @@ class CommitRecord:
             for name, value in receipt.counters.items():
                 counters[name] = counters.get(name, 0) + value
         rows = sum(r.rows for r in receipts)
-        refused = counters.get("dead_lettered", 0) + counters.get("skipped", 0)
+        skipped = sum(v for k, v in counters.items() if k == "skipped" or k.startswith(SKIPPED))
+        refused = counters.get("dead_lettered", 0) + skipped
         return cls(
             sink=sink,
             sink_id=sink_id,
@@ -95,7 +102,7 @@ class CommitRecord:
             nbytes=sum(r.nbytes for r in receipts),
             partitions=len(receipts),
             dead_lettered=counters.get("dead_lettered", 0),
-            skipped=counters.get("skipped", 0),
+            skipped=skipped,
             retries=sum(r.retries for r in receipts),
             write_seconds=round(sum(r.seconds for r in receipts), 6),
             commit_seconds=round(commit_seconds, 6),

@@ -43,6 +43,7 @@ import base64
 import dataclasses
 import datetime
 import decimal
+import io
 import json
 import math
 import tempfile
@@ -205,7 +206,8 @@ class Refusals:
     def stage(self, staging: StagingArea, context: WriteContext) -> list[StagedFile]:
         """Stage the task's dead letters (one JSON Lines file); [] when there are none."""
         spool = self._spool
-        if spool is None:
+        if spool is None or spool.seek(0, io.SEEK_END) == 0:  # none, or all rolled back
+            self.close()
             return []
         spool.seek(0)
 

@@ -316,17 +316,23 @@ class LocalDestination(Destination):
         return True
 
 
+#: what fsync of a directory raises where the file system cannot sync directories
+_NO_DIRECTORY_FSYNC = {errno.EINVAL, errno.EBADF, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
 def _fsync_dir(folder: str) -> None:
     """Make a rename or link in ``folder`` durable (a no-op where directories cannot be
-    opened for fsync)."""
+    opened or synced); an I/O error of the sync (EIO, ENOSPC...) is raised: the commit
+    must not be reported durable."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as exc:
+        if exc.errno not in _NO_DIRECTORY_FSYNC:
+            raise
     finally:
         os.close(fd)
 

@@ -48,6 +48,7 @@ __all__ = [
     "LedgerEntry",
     "LedgerStore",
     "RecordingLedgerStore",
+    "beyond_kept",
     "check_sink_id",
     "fence_owners",
     "log_already_committed",
@@ -89,6 +90,13 @@ class LedgerEntry:
     sink_id: str
     batch_id: int
     query_id: str
+
+
+def beyond_kept(batch_ids: Iterable[int], keep: int) -> set[int]:
+    """The batch ids a ledger keeping ``keep`` entries per sink id drops: all but the
+    ``keep`` highest (see :meth:`RecordingLedgerStore.prune`)."""
+    newest_first = sorted(set(batch_ids), reverse=True)
+    return set(newest_first[keep:])
 
 
 def log_already_committed(sink_id: str, batch_id: int, detail: str = "") -> None:
@@ -148,8 +156,12 @@ class RecordingLedgerStore(LedgerStore):
         """Add an entry; False if the batch had one already (create-only)."""
 
     @abstractmethod
-    def prune(self, sink_id: str, below_batch_id: int) -> None:
-        """Delete the entries of ``sink_id`` with a batch id below ``below_batch_id``."""
+    def prune(self, sink_id: str, keep: int) -> None:
+        """Delete the entries of ``sink_id`` but the ``keep`` with the highest batch ids.
+
+        By count, not by distance from the newest batch id: keyed batch writes use sparse
+        ids (``20240501``, then ``20240601``), and an entry dropped while its batch may
+        still be run again turns that rerun into a duplicate."""
 
 
 class Ledger:
@@ -159,7 +171,8 @@ class Ledger:
         store: the destination's store.
         takeover_query_id: the ``takeover_query_id`` option: the query whose entries may be
             dropped so that this query takes the sink id over.
-        keep_batches: entries kept per sink id (older ones are pruned on record).
+        keep_batches: entries kept per sink id: those with the highest batch ids (the
+            others are pruned on record).
     """
 
     def __init__(
@@ -211,6 +224,6 @@ class Ledger:
             )
         self.fence(sink_id, query_id)
         recorded = store.record(LedgerEntry(sink_id, batch_id, query_id))
-        if recorded and batch_id - self.keep_batches > 0:
-            store.prune(sink_id, batch_id - self.keep_batches)
+        if recorded:
+            store.prune(sink_id, self.keep_batches)
         return recorded

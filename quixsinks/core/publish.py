@@ -66,6 +66,7 @@ from .ledger import (
     LedgerEntry,
     LedgerStore,
     RecordingLedgerStore,
+    beyond_kept,
     check_sink_id,
     log_already_committed,
 )
@@ -160,17 +161,43 @@ class StagingArea:
         self.destination.delete_prefix(self.batch_prefix(sink_id, batch_id))
 
     def prune(self, sink_id: str, batch_id: int) -> None:
-        """Forget markers older than ``keep_batches`` and leftovers of earlier batches."""
+        """Housekeeping after ``batch_id``'s commit.
+
+        * Markers: all but the newest ``keep_batches`` go (by count: keyed batch writes
+          use sparse ids, :meth:`~quixsinks.core.ledger.RecordingLedgerStore.prune`).
+        * Staging of lower batch ids that have a marker: the pieces of attempts that lost
+          go; the pieces the marker's manifest names stay (a publish a crash interrupted,
+          which the batch's rerun finishes).
+        * Staging of lower batch ids without a marker stays: a keyed write of the sink id
+          may be committing it right now; :meth:`sweep` removes it once it is abandoned.
+        """
         ledger = self.ledger_prefix(sink_id)
-        old = [
-            k
-            for k in self.destination.list(ledger)
-            if 0 <= _batch_of(k, ledger) < batch_id - self.keep_batches
-        ]
+        markers = {_batch_of(k, ledger): k for k in self.destination.list(ledger)}
+        markers.pop(-1, None)  # the owner object
+        old = [markers[b] for b in sorted(beyond_kept(markers, self.keep_batches))]
         staging = f"{self.state_prefix}/staging/{sink_id}"
-        old += [k for k in self.destination.list(staging) if _batch_of(k, staging) < batch_id]
+        leftovers: dict[int, list[str]] = {}
+        for key in self.destination.list(staging):
+            earlier = _batch_of(key, staging)
+            if 0 <= earlier < batch_id and earlier in markers:
+                leftovers.setdefault(earlier, []).append(key)
+        for earlier, keys in sorted(leftovers.items()):
+            named = self._still_to_move(markers[earlier])
+            if named is not None:
+                old += [k for k in keys if k not in named]
         if old:
             self.destination.delete(old)
+
+    def _still_to_move(self, marker: str) -> set[str] | None:
+        """The staged keys a marker's manifest names (its publish moves them), or None when
+        the marker cannot be read now (being written, or gone): keep everything."""
+        try:
+            manifest = self.read_marker(marker)
+        except CommitError:
+            return None
+        if manifest is None:
+            return None
+        return {str(src) for src, _ in manifest.get("files", [])}
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Delete abandoned staging: batch folders of any sink id that no marker names and
@@ -313,11 +340,11 @@ class MarkerStore(RecordingLedgerStore):
         self.destination.delete(self.destination.list(self.staging.ledger_prefix(sink_id)))
         self._owners.pop(sink_id, None)
 
-    def prune(self, sink_id: str, below_batch_id: int) -> None:
+    def prune(self, sink_id: str, keep: int) -> None:
         prefix = self.staging.ledger_prefix(sink_id)
-        self.destination.delete(
-            [k for k in self.destination.list(prefix) if 0 <= _batch_of(k, prefix) < below_batch_id]
-        )
+        markers = {_batch_of(k, prefix): k for k in self.destination.list(prefix)}
+        markers.pop(-1, None)  # the owner object
+        self.destination.delete([markers[b] for b in sorted(beyond_kept(markers, keep))])
 
     def newest_batch(self, sink_id: str) -> int:
         prefix = self.staging.ledger_prefix(sink_id)
@@ -491,7 +518,10 @@ class FilePublisher:
         Ledgered (streaming, or a keyed batch write): delete this attempt's staged files,
         unless the batch was committed (its replay or rerun finishes it). A batch write
         without the key is never seen again: roll it back whole (published files of its
-        manifest, marker, every attempt's staging).
+        manifest, marker, every attempt's staging), and the final keys of ``files``: its
+        publish may have ended (and dropped its marker) before a later step of the commit
+        failed, e.g. the sink's own commit after the dead letters were published. Its sink
+        id is its own, so those names are no other write's.
         """
         marker = self.staging.marker_key(sink_id, batch_id)
         if ledgered:
@@ -515,6 +545,8 @@ class FilePublisher:
                 len(manifest["files"]),
             )
             self.destination.delete([dst for _, dst in manifest["files"]])
+        if files:  # deleting a key that is not there is no error
+            self.destination.delete([f.final_key for f in files])
         self.staging.discard(sink_id, batch_id)
         self.staging.forget(sink_id, batch_id)
 
@@ -739,12 +771,14 @@ def _append_file(out: BinaryIO, source: str) -> None:
     """Append the file ``source`` to ``out`` in bounded memory (in-kernel where possible)."""
     with _translate_missing(source), open(source, "rb") as src:
         out.flush()
+        start = out.tell()
         try:
             while os.sendfile(out.fileno(), src.fileno(), None, 1 << 30):
                 pass
         except OSError:  # no sendfile between these files: copy through user space
+            out.seek(start)
+            out.truncate()  # what a sendfile that failed part-way wrote
             src.seek(0)
-            out.seek(0, os.SEEK_END)
             shutil.copyfileobj(src, out, 1 << 20)
         out.flush()
 

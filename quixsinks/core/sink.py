@@ -200,7 +200,8 @@ class LedgerOptions(CommonOptions):
     ledger_keep_batches: int = option(
         DEFAULT_KEEP_BATCHES,
         minimum=1,
-        doc="Ledger entries kept per sink id; at least spark.sql.streaming.minBatchesToRetain",
+        doc="Ledger entries kept per sink id (those of the highest batch ids); at least "
+        "spark.sql.streaming.minBatchesToRetain",
     )
     staging_max_age_hours: float = option(
         24.0,

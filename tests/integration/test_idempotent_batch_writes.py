@@ -124,3 +124,37 @@ def test_a_keyed_batch_write_lands_once_however_often_it_runs(
     write(df, fmt, {**keyed, "batch_id": "8"})  # the next batch of the job
     assert read() == sorted(ids + ids)
     assert worker_logs(f"batch 8 of sink id {sink_id} is in the ledger already") == 0
+
+
+#: one case per ledger store (its own pruning code): markers, the append log, SQL, Lua,
+#: BigQuery's script; iceberg keeps its entries in snapshots (expiry, not keep_batches)
+PRUNED_CASES = ["file", "csvfile", "postgresql", "redis-list", "bigquery", "iceberg"]
+
+
+@pytest.mark.parametrize("case", PRUNED_CASES)
+def test_date_keyed_writes_are_pruned_by_count_not_by_distance(
+    spark: Any, tmp_path: Path, case: str, request: pytest.FixtureRequest
+) -> None:
+    """Daily batch ids jump (20240510 -> 20240710 -> 20250110): the ledger keeps the newest
+    ``ledger_keep_batches`` entries, so an older rerun is still recognised (the ids end in
+    0: the file commit's housekeeping runs; the rerun has fewer partitions, so a rerun the
+    ledger forgot would leave the first run's other files beside its own). Where each
+    commit prunes (SQL, Lua, BigQuery), the oldest entry goes beyond that many and its
+    rerun writes again, as docs/index.md says; the file markers and the append log prune in
+    steps (every 10th batch id, at twice the count) and iceberg's entries go with expired
+    snapshots."""
+    fmt, options, read = sink_case(case, tmp_path, request)
+    ids = write_input_files(tmp_path / "in", files=1, rows_per_file=6)
+    df = spark.read.schema(INPUT_SCHEMA).json(str(tmp_path / "in"))
+    df = df.withColumnRenamed("ts", "timestamp")
+    keyed = {**options, "sink_id": f"daily-{uuid.uuid4().hex[:8]}", "ledger_keep_batches": "2"}
+
+    write(df.repartition(3), fmt, {**keyed, "batch_id": "20240510"})
+    write(df, fmt, {**keyed, "batch_id": "20240710"})
+    write(df, fmt, {**keyed, "batch_id": "20240510"})  # two months later, one partition
+    assert read() == sorted(ids * 2)
+    if case in ("file", "csvfile", "iceberg"):
+        return
+    write(df, fmt, {**keyed, "batch_id": "20250110"})  # a third entry: 20240510's goes
+    write(df, fmt, {**keyed, "batch_id": "20240510"})
+    assert read() == sorted(ids * 4)

@@ -12,7 +12,7 @@ import pytest
 from quixsinks.core.batch import SinkBatch, WriteContext
 from quixsinks.core.commits import CommitRecord, records_table
 from quixsinks.core.deadletters import Refusals, row_object, write_isolating
-from quixsinks.core.errors import OptionError, RecordError
+from quixsinks.core.errors import CommitError, OptionError, RecordError
 from quixsinks.core.records import RecordSchema
 from quixsinks.core.sink import CommitContext, Receipt, Task
 from quixsinks.sinks.file import FileOptions, FileSink
@@ -192,6 +192,23 @@ def test_rows_refused_by_a_write_that_then_fails_are_refused_once(tmp_path: Path
     assert sorted(json.loads(line)["row"]["v"] for line in lines) == [1, 6]
 
 
+def test_refusals_all_rolled_back_stage_no_dead_letter_file(tmp_path: Path) -> None:
+    """A write refused a row, then failed and was retried whole without refusing it: no
+    empty dead-letter file is staged (and published)."""
+    from quixsinks.core.destinations import LocalDestination
+    from quixsinks.core.publish import StagingArea
+
+    batch = batch_of(pa.table({"v": [1, 2]}), "dead_letter")
+    assert batch.task is not None
+    refusals = batch.task.refusals
+    mark = refusals.mark()
+    batch.refuse(0, ValueError("one"))
+    refusals.rollback(mark)
+    staging = StagingArea(LocalDestination(str(tmp_path)))
+    assert refusals.stage(staging, batch.context) == []
+    assert not list(tmp_path.rglob("*.jsonl"))
+
+
 def test_isolated_pieces_type_their_json_values_from_their_own_rows() -> None:
     """Parsed as one batch, `v` is a float (one row holds 2.5); a half without that row must
     see integers again, or every good row would be refused with the bad one."""
@@ -283,6 +300,31 @@ def test_an_aborted_batch_leaves_no_dead_letters(tmp_path: Path) -> None:
     assert not [p for p in dead.rglob("*.jsonl")]
 
 
+def test_a_batch_write_whose_commit_fails_after_its_dead_letters_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead letters are published before the sink's commit; the commit fails and Spark
+    aborts: the write's dead letters go with it, so running the job again (a new write)
+    publishes each once."""
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    values: list[bytes | None] = [b'{"a": 1}', b"{broken"]
+    w = writer(out, dead)
+    message = w.write(iter(kafka_table(values).to_batches()))
+
+    def outage(*args: object) -> None:
+        raise CommitError("the destination went away")
+
+    monkeypatch.setattr(w.sink, "commit", outage)
+    with pytest.raises(CommitError):
+        w.commit([message])
+    assert published_lines(dead, "*.jsonl")  # published before the sink's commit failed
+    w.abort([message])
+    assert published_lines(dead, "*.jsonl") == []
+    again = writer(out, dead)
+    again.commit([again.write(iter(kafka_table(values).to_batches()))])
+    assert [letter["row"]["offset"] for letter in published_lines(dead, "*.jsonl")] == [101]
+
+
 def test_the_commit_logs_one_json_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out, dead = tmp_path / "out", tmp_path / "dead"
     w = writer(out, dead)
@@ -306,6 +348,14 @@ def test_records_table_has_one_row_per_record() -> None:
     assert table.num_rows == 1
     assert table.column("rows_written").to_pylist() == [3]
     assert table.column("counters").to_pylist() == [[("skipped", 2)]]
+
+
+def test_rows_a_sink_skips_by_its_own_rule_are_not_counted_as_written() -> None:
+    counters = {"skipped": 1, "skipped_null_keys": 2, "dead_lettered": 1, "files": 3}
+    receipt: Receipt[object] = Receipt("s", 1, 0, "a", rows=10, counters=counters)
+    record = CommitContext("s", 1, True, "q", "redis").commit_record([receipt])
+    assert (record.rows_written, record.skipped, record.dead_lettered) == (6, 3, 1)
+    assert record.counters == dict(sorted(counters.items()))
 
 
 def test_receipts_carry_dead_letters_through_pickle(tmp_path: Path) -> None:

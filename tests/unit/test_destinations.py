@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import stat
@@ -406,3 +407,25 @@ def test_storage_timeout_must_be_a_finite_number_above_zero(value: str) -> None:
     with pytest.raises(OptionError) as info:
         StorageOptions.from_options({"storage_timeout_seconds": value})
     assert info.value.option == "storage_timeout_seconds"
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"), [(errno.EINVAL, False), (errno.EIO, True), (errno.ENOSPC, True)]
+)
+def test_a_folder_sync_that_fails_with_an_io_error_is_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, raised: bool
+) -> None:
+    """A file system that cannot sync folders (EINVAL) is no error; an I/O error is: the
+    rename may not be durable, so the commit must not be reported done."""
+    import quixsinks.core.destinations as destinations
+
+    def failing(fd: int) -> None:
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(os, "fsync", failing)
+    if raised:
+        with pytest.raises(OSError, match=os.strerror(error)) as caught:
+            destinations._fsync_dir(str(tmp_path))
+        assert caught.value.errno == error
+    else:
+        destinations._fsync_dir(str(tmp_path))

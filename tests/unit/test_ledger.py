@@ -19,9 +19,11 @@ from quixsinks.core.batch import WriteContext
 from quixsinks.core.destinations import LocalDestination
 from quixsinks.core.errors import CommitError, LedgerFenceError
 from quixsinks.core.ledger import (
+    BATCH_WRITE_QUERY_ID,
     Ledger,
     LedgerEntry,
     RecordingLedgerStore,
+    beyond_kept,
     fence_owners,
 )
 from quixsinks.core.publish import AppendPublisher, FilePublisher, StagedFile, StagingArea
@@ -52,9 +54,10 @@ class DictStore(RecordingLedgerStore):
             if not (k[0] == sink_id and e.query_id == query_id)
         }
 
-    def prune(self, sink_id: str, below_batch_id: int) -> None:
+    def prune(self, sink_id: str, keep: int) -> None:
+        gone = beyond_kept((b for s, b in self.entries if s == sink_id), keep)
         self.entries = {
-            k: e for k, e in self.entries.items() if not (k[0] == sink_id and k[1] < below_batch_id)
+            k: e for k, e in self.entries.items() if not (k[0] == sink_id and k[1] in gone)
         }
 
 
@@ -106,12 +109,30 @@ def test_check_is_read_only() -> None:
     assert store.owners(SINK) == {OLD}
 
 
-def test_record_prunes_entries_older_than_the_kept_batches() -> None:
+def test_record_keeps_the_newest_entries() -> None:
     store = DictStore()
     ledger = Ledger(store, keep_batches=3)
     for batch in range(10):
         ledger.record(SINK, batch, OLD)
-    assert sorted(b for _, b in store.entries) == [6, 7, 8, 9]
+    assert sorted(b for _, b in store.entries) == [7, 8, 9]
+
+
+def test_record_prunes_sparse_batch_ids_by_count() -> None:
+    """Keyed batch writes keyed by date: a month's jump prunes nothing while fewer than
+    keep_batches entries exist, so a rerun of last month's key is still recognised."""
+    store = DictStore()
+    ledger = Ledger(store, keep_batches=3)
+    for day in (20240509, 20240610, 20250101):
+        ledger.record(SINK, day, BATCH_WRITE_QUERY_ID)
+    assert ledger.record(SINK, 20240509, BATCH_WRITE_QUERY_ID) is False  # a rerun: skipped
+    ledger.record(SINK, 20250102, BATCH_WRITE_QUERY_ID)
+    assert sorted(b for _, b in store.entries) == [20240610, 20250101, 20250102]
+
+
+def test_beyond_kept_is_all_but_the_highest_ids() -> None:
+    assert beyond_kept([5, 1, 9, 3], 2) == {1, 3}
+    assert beyond_kept([5, 1], 2) == set()
+    assert beyond_kept([], 1) == set()
 
 
 def test_fence_error_pickles_with_its_attributes() -> None:

@@ -6,20 +6,24 @@ crashes half-way and concurrent commits simulated by wrapping the destination.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from quixsinks.core.batch import WriteContext
 from quixsinks.core.destinations import Destination, LocalDestination
 from quixsinks.core.errors import CommitError, DestinationError
+from quixsinks.core.ledger import BATCH_WRITE_QUERY_ID
 from quixsinks.core.ledger import DEFAULT_KEEP_BATCHES as KEEP_BATCHES
 from quixsinks.core.publish import (
     AppendPublisher,
     FilePublisher,
+    PublishResult,
     StagedFile,
     StagingArea,
 )
@@ -291,16 +295,77 @@ def test_without_keep_ledger_the_marker_is_removed(
     assert published(dest) == FIRST
 
 
-def test_ledger_forgets_markers_older_than_keep_batches(
+def test_ledger_keeps_the_newest_keep_batches_markers(
     dest: LocalDestination, staging: StagingArea
 ) -> None:
-    for batch_id in range(10):
+    for batch_id in range(KEEP_BATCHES + 9):
         dest.create_exclusive(staging.marker_key(SINK, batch_id), b"{}")
-    latest = 10 + KEEP_BATCHES  # housekeeping runs in every HOUSEKEEPING_EVERY-th commit
+    latest = 10 * KEEP_BATCHES  # housekeeping runs in every HOUSEKEEPING_EVERY-th commit
     FilePublisher(staging).publish(SINK, latest, [])
-    kept = [b for b in range(10) if dest.exists(staging.marker_key(SINK, b))]
-    assert kept == []
+    kept = [b for b in range(KEEP_BATCHES + 9) if dest.exists(staging.marker_key(SINK, b))]
+    assert kept == list(range(10, KEEP_BATCHES + 9))  # with `latest`: KEEP_BATCHES markers
     assert dest.exists(staging.marker_key(SINK, latest))
+
+
+def keyed_write(
+    staging: StagingArea, batch_id: int, attempt: str, pieces: dict[str, bytes]
+) -> PublishResult:
+    files = [
+        staging.stage(
+            WriteContext(SINK, batch_id, n, attempt, False, BATCH_WRITE_QUERY_ID),
+            f"piece-{n}",
+            data,
+            final_key=key,
+            rows=1,
+        )
+        for n, (key, data) in enumerate(pieces.items())
+    ]
+    return FilePublisher(staging).publish(SINK, batch_id, files, query_id=BATCH_WRITE_QUERY_ID)
+
+
+def test_a_keyed_write_is_remembered_across_a_jump_in_batch_ids(
+    dest: LocalDestination, staging: StagingArea
+) -> None:
+    """Date keys: a month later (a batch id KEEP_BATCHES+ higher, ending in 0, so the
+    commit prunes), last month's key is still in the ledger and its rerun writes nothing,
+    even with other partitioning (other final names)."""
+    keyed_write(staging, 20240509, "a", {"may-0": b"r0", "may-1": b"r1", "may-2": b"r2"})
+    keyed_write(staging, 20240610, "b", {"june-0": b"x"})
+    rerun = keyed_write(staging, 20240509, "c", {"may-a": b"r0 r1", "may-b": b"r2"})
+    assert rerun.already_committed
+    assert sorted(published(dest)) == ["june-0", "may-0", "may-1", "may-2"]
+
+
+def test_pruning_keeps_what_an_interrupted_lower_batch_still_has_to_move(
+    tmp_path: Path,
+) -> None:
+    """A keyed write dies half-way through its moves; a later key commits (and prunes)
+    before it runs again: the rerun still finds the staged files its manifest names."""
+
+    def crash_at_second_move(n: int) -> None:
+        if crash["on"] and n == 1:
+            raise Crash
+
+    crash = {"on": True}
+    dest = HookedDestination(str(tmp_path), crash_at_second_move)
+    staging = StagingArea(dest, STATE)
+    with pytest.raises(Crash):
+        keyed_write(staging, 20240509, "a", FIRST)
+    crash["on"] = False
+    keyed_write(staging, 20240510, "b", {"next": b"next"})
+    rerun = keyed_write(staging, 20240509, "c", REPLAY)
+    assert rerun.already_committed
+    assert published(dest) == {**FIRST, "next": b"next"}
+    assert staged_keys(dest) == []
+
+
+def test_pruning_keeps_the_staging_of_a_lower_batch_not_committed_yet(
+    dest: LocalDestination, staging: StagingArea
+) -> None:
+    """Another keyed write of the sink id, still running (staged, no marker yet)."""
+    running = stage(staging, 3, "running", {"x": b"x"})
+    FilePublisher(staging).publish(SINK, 10, stage(staging, 10, "A", FIRST))
+    assert staged_keys(dest) == [f.staging_key for f in running]
 
 
 def test_ledger_of_another_sink_is_not_pruned(dest: LocalDestination, staging: StagingArea) -> None:
@@ -309,10 +374,11 @@ def test_ledger_of_another_sink_is_not_pruned(dest: LocalDestination, staging: S
     assert dest.exists(staging.marker_key("other", 0))
 
 
-def test_publish_removes_leftover_staging_of_earlier_batches_only(
+def test_publish_removes_leftover_staging_of_earlier_committed_batches_only(
     dest: LocalDestination, staging: StagingArea
 ) -> None:
-    old = stage(staging, 3, "dead-attempt", {"x": b"x"})
+    FilePublisher(staging).publish(SINK, 3, stage(staging, 3, "winner", {"w": b"w"}))
+    old = stage(staging, 3, "zombie-attempt", {"x": b"x"})  # written after the commit
     later = stage(staging, 19, "running", {"y": b"y"})
     FilePublisher(staging).publish(SINK, 10, stage(staging, 10, "A", FIRST))
     assert staged_keys(dest) == [f.staging_key for f in later]
@@ -524,3 +590,28 @@ def test_a_torn_done_line_redoes_the_append_once(
     assert not appender.is_committed(SINK, 0)
     append(appender, staging, 0, b"a\r\n", attempt="B")
     assert target(dest) == HEADER + b"a\r\n"
+
+
+def test_an_append_whose_sendfile_fails_part_way_is_copied_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sendfile sends a first part, then fails: the fallback copy starts again from what
+    was there before the piece, not after the part already sent."""
+    from quixsinks.core import publish
+
+    piece = tmp_path / "piece"
+    piece.write_bytes(b"row1\nrow2\nrow3\n")
+    real = os.sendfile
+    calls: list[int] = []
+
+    def fails_after_a_part(out_fd: int, in_fd: int, offset: Any, count: int) -> int:
+        calls.append(count)
+        if len(calls) == 1:
+            return real(out_fd, in_fd, offset, 5)
+        raise OSError(errno.EIO, "a later call fails")
+
+    monkeypatch.setattr(os, "sendfile", fails_after_a_part)
+    with open(tmp_path / "out", "w+b") as out:
+        out.write(b"head\n")
+        publish._append_file(out, str(piece))
+    assert (tmp_path / "out").read_bytes() == b"head\nrow1\nrow2\nrow3\n"

@@ -149,9 +149,12 @@ def commit_transaction(
         f"({sink}, {batch}, {query}, CURRENT_TIMESTAMP(), "
         f"{'NULL' if record is None else literal(record)});"
     )
-    keep = options.ledger_keep_batches
-    if prune and batch - keep > 0:
-        body.append(f"DELETE FROM {ledger} WHERE sink_id = {sink} AND batch_id < {batch - keep};")
+    if prune:  # all but the newest ledger_keep_batches rows (by count: keyed ids are sparse)
+        body.append(
+            f"DELETE FROM {ledger} WHERE sink_id = {sink} AND batch_id < (SELECT MIN(batch_id) "
+            f"FROM (SELECT batch_id FROM {ledger} WHERE sink_id = {sink} ORDER BY batch_id "
+            f"DESC LIMIT {int(options.ledger_keep_batches)}));"
+        )
     inner = "\n    ".join(body)
     return (
         "BEGIN TRANSACTION;\n"

@@ -269,8 +269,7 @@ class WriteMode:
         """Old ledger rows of this sink id; staging tables nobody will commit."""
         sql = import_psycopg2().sql
         schema = self.options.schema_name
-        below = context.batch_id - self.options.ledger_keep_batches
-        PostgresLedgerStore(cur, schema).prune(context.sink_id, below)
+        PostgresLedgerStore(cur, schema).prune(context.sink_id, self.options.ledger_keep_batches)
         cur.execute(
             sql.SQL(
                 "DELETE FROM {} WHERE created_at < now() - make_interval(secs => %s) "

@@ -139,7 +139,7 @@ def discard(
     assert mask is not None
     keep = pc.indices_nonzero(mask) if rows is None else rows.filter(mask.take(rows))
     total = batch.num_rows if rows is None else len(rows)
-    batch.count("discarded_rows", total - len(keep))
+    batch.count("skipped_discard_row", total - len(keep))
     return keep if len(keep) < total else rows
 
 

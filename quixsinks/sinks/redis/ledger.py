@@ -205,13 +205,18 @@ for _, hash in ipairs(staged) do
 end
 redis.call('HSET', ledger, batch, query)
 if record ~= '' then redis.call('HSET', records, batch, record) end
-local below = tonumber(batch) - keep
-if below > 0 then
-  for _, b in ipairs(redis.call('HKEYS', ledger)) do
-    if tonumber(b) < below then redis.call('HDEL', ledger, b) end
+-- all but the newest `keep` entries (by count: keyed batch ids are sparse)
+local ids = redis.call('HKEYS', ledger)
+if #ids > keep then
+  local sorted = {}
+  for i, b in ipairs(ids) do sorted[i] = tonumber(b) end
+  table.sort(sorted)
+  local lowest_kept = sorted[#sorted - keep + 1]
+  for _, b in ipairs(ids) do
+    if tonumber(b) < lowest_kept then redis.call('HDEL', ledger, b) end
   end
   for _, b in ipairs(redis.call('HKEYS', records)) do
-    if tonumber(b) < below then redis.call('HDEL', records, b) end
+    if tonumber(b) < lowest_kept then redis.call('HDEL', records, b) end
   end
 end
 for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
