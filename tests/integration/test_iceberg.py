@@ -285,6 +285,85 @@ def test_a_commit_from_a_kept_table_whose_schema_changed_since_uses_the_new_sche
     assert ice["ids"]() == sorted([0, 1, 2] * 2)
 
 
+def test_a_replay_after_the_table_was_rolled_back_is_committed_again(
+    ice: dict[str, Any],
+) -> None:
+    """The kept table says "committed already", but an operator rolled the main branch
+    back since: the decision is made again on the current table, and the replay lands."""
+    sink, receipt = _sink_with_files(ice, pa.table({"id": pa.array([1, 2], pa.int64())}))
+    sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
+    batch5 = pa.table({"id": pa.array([3, 4], pa.int64())})
+    _, receipt5 = _sink_with_files(ice, batch5, batch=5)
+    sink.commit(CommitContext("sink-a", 5, True, "query-a"), [receipt5])
+    table = ice["table"]()
+    with table.manage_snapshots() as manage:  # another process: batch 5 is undone
+        manage.rollback_to_snapshot(table.metadata.current_snapshot().parent_snapshot_id)
+    assert ice["ids"]() == [1, 2]
+    _, replay = _sink_with_files(ice, batch5, batch=5)
+    sink.commit(CommitContext("sink-a", 5, True, "query-a"), [replay])  # the kept table
+    assert ice["ids"]() == [1, 2, 3, 4]
+
+
+def test_a_new_query_on_a_recreated_table_is_not_fenced_by_the_kept_table(
+    ice: dict[str, Any],
+) -> None:
+    """The table was dropped and created again, the checkpoint deleted: the kept table
+    still holds the old query's entries; the fence is read on the current table."""
+    sink, receipt = _sink_with_files(ice, pa.table({"id": pa.array([1], pa.int64())}))
+    sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
+    catalog = load_catalog(IcebergOptions.from_options(ice["options"]))
+    schema = ice["table"]().schema()
+    catalog.drop_table("db.events")
+    catalog.create_table("db.events", schema=schema)
+    rows = pa.table({"id": pa.array([7], pa.int64())})
+    _, receipt0 = _sink_with_files(ice, rows, batch=0, query_id="query-b")
+    sink.commit(CommitContext("sink-a", 0, True, "query-b"), [receipt0])
+    assert ice["ids"]() == [7]
+
+
+def test_a_kept_table_changed_since_costs_no_commit_attempt(ice: dict[str, Any]) -> None:
+    """With commit_max_attempts=1, another writer's append since this process's last
+    commit does not fail the batch: the commit made again from the current table is part
+    of the same attempt."""
+    options = {**ice["options"], "commit_max_attempts": "1"}
+    one = {**ice, "options": options}
+    sink, receipt = _sink_with_files(one, pa.table({"id": pa.array([1], pa.int64())}))
+    sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
+    ice["table"]().append(pa.table({"id": pa.array([50], pa.int64())}))  # another writer
+    _, receipt5 = _sink_with_files(one, pa.table({"id": pa.array([2], pa.int64())}), batch=5)
+    sink.commit(CommitContext("sink-a", 5, True, "query-a"), [receipt5])
+    assert ice["ids"]() == [1, 2, 50]
+
+
+def test_a_column_dropped_by_another_writer_after_planning_fails_the_commit(
+    ice: dict[str, Any],
+) -> None:
+    """Another writer drops column ``name`` and adds it again (a new field id) between two
+    micro-batches: the batch planned before (field ids cached per process) is not
+    committed with values that would read as null; its replay plans again and lands."""
+    from pyiceberg.types import StringType
+
+    from quixsinks.core.tables.commit import ColumnsGone
+
+    def batch(batch_id: int, ident: int, name: str) -> tuple[Any, Any]:
+        rows = pa.table({"id": pa.array([ident], pa.int64()), "name": [name]})
+        return _sink_with_files(ice, rows, batch=batch_id)
+
+    sink, receipt = batch(0, 1, "one")
+    sink.commit(CommitContext("sink-a", 0, True, "query-a"), [receipt])
+    sink, receipt = batch(1, 2, "two")  # planned, written: then the schema changes
+    with ice["table"]().update_schema() as update:
+        update.delete_column("name")
+    with ice["table"]().update_schema() as update:
+        update.add_column("name", StringType())
+    with pytest.raises(ColumnsGone, match="no longer has"):
+        sink.commit(CommitContext("sink-a", 1, True, "query-a"), [receipt])
+    sink, receipt = batch(1, 2, "two")  # the replay
+    sink.commit(CommitContext("sink-a", 1, True, "query-a"), [receipt])
+    rows = ice["table"]().scan().to_arrow().sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "name": None}, {"id": 2, "name": "two"}]
+
+
 def test_keep_snapshots_expires_old_history_and_keeps_the_ledger_working(
     ice: dict[str, Any],
 ) -> None:
@@ -1101,6 +1180,28 @@ def test_keep_snapshots_carries_the_ledger_entry_of_another_sink_id(ice: dict[st
     assert "quixsinks.ledger.sink-old" not in table.properties
     commit_ids(ice, "sink-old", "query-old", 8, range(3, 4))  # its replay: recognised
     assert ice["ids"]() == [0, 1, 2, 3, *range(10, 19)]
+
+
+def test_keep_snapshots_carries_the_entry_of_a_tagged_snapshot_cut_off_the_branch(
+    ice: dict[str, Any],
+) -> None:
+    """A tag keeps sink-old's snapshot from expiry, but the snapshots after it go, so the
+    main branch's ancestry no longer reaches it: its entry is carried all the same, and
+    its replay and the fence still see it."""
+    commit_ids(ice, "sink-old", "query-old", 0, range(0, 2))
+    table = ice["table"]()
+    with table.manage_snapshots() as manage:
+        manage.create_tag(table.metadata.current_snapshot_id, "audit")
+    ice["options"]["keep_snapshots"] = "2"
+    for batch in range(8):
+        commit_ids(ice, "sink-a", "query-a", batch, range(10 + batch, 11 + batch))
+    table = ice["table"]()
+    assert len(table.metadata.snapshots) < 9  # expired, the tagged one kept
+    assert table.properties["quixsinks.ledger.sink-old"] == "0:query-old"
+    commit_ids(ice, "sink-old", "query-old", 0, range(0, 2))  # its replay: recognised
+    assert ice["ids"]() == [0, 1, *range(10, 18)]
+    with pytest.raises(LedgerFenceError):
+        commit_ids(ice, "sink-old", "query-new", 0, range(100, 101))
 
 
 def test_keep_snapshots_with_an_age_limit_expires_only_old_snapshots_past_the_newest_n(

@@ -14,7 +14,14 @@ That is safe because every commit asserts what it read: the table's UUID, the ma
 branch's snapshot (pyiceberg's own requirement), the current schema and the default
 partition spec. A table that changed since (another writer's snapshot, a takeover, a
 schema change) is refused by the catalog, and the commit goes on from a fresh load: a
-ledger entry another committer added is then seen before anything is committed.
+ledger entry another committer added is then seen before anything is committed. What is
+decided without a commit (the batch is in the ledger already; another query owns the
+sink id; the data files hold a column the table no longer has) is decided again on a
+fresh load, since nothing checks it.
+
+The data files' columns are checked against the table's current schema (their field
+ids): a column another writer dropped after the batch was planned fails the commit with
+:class:`ColumnsGone` instead of landing values that read as null.
 
 Used by the ``iceberg`` sink (data files written by pyiceberg) and by ``tsdatalake``'s
 catalog registration (Hive-path Parquet files registered as they are).
@@ -29,14 +36,20 @@ from typing import Any, TypeVar
 
 from quixsinks.core.backpressure import RetryPolicy
 from quixsinks.core.clients import ClientPool
-from quixsinks.core.errors import CommitError, QuixSinksError, RetryableError, timed_out
+from quixsinks.core.errors import (
+    CommitError,
+    LedgerFenceError,
+    QuixSinksError,
+    RetryableError,
+    timed_out,
+)
 from quixsinks.core.ledger import log_already_committed
 from quixsinks.core.sink import CommitContext
 
 from .catalog import TableCatalog, forget_catalog, is_timeout
 from .ledger import SnapshotLedgerStore, summary_properties
 
-__all__ = ["AppendOutcome", "TableRaced", "append_once", "retry_races"]
+__all__ = ["AppendOutcome", "ColumnsGone", "TableRaced", "append_once", "retry_races"]
 
 R = TypeVar("R")
 
@@ -65,6 +78,24 @@ def retry_races(attempt: Callable[[], R], *, attempts: int, what: str, backoff: 
         deadline=float("inf"),
     )
     return policy.call(attempt, what=what)
+
+
+class ColumnsGone(CommitError):
+    """The batch's data files hold columns the table no longer has: another writer dropped
+    them (perhaps adding one of the same name, with a new field id) after the query planned
+    the batch. Committed, those values would read as null or not at all."""
+
+
+def _columns_gone(table: Any, files: Sequence[Any]) -> list[int]:
+    """The field ids the data files hold values of that the table's current schema lacks."""
+    from pyiceberg.schema import index_by_id
+
+    known = index_by_id(table.metadata.schema())
+    written: set[int] = set()
+    for data_file in files:
+        for stats in (data_file.value_counts, data_file.null_value_counts):
+            written.update(stats or {})
+    return sorted(written - set(known))
 
 
 @dataclass(frozen=True)
@@ -129,20 +160,37 @@ def append_once(
         table = kept.pop() if kept else None
         if table is None:
             return settle(load_table())
+        # the table as this process's last commit left it: the catalog checks a commit made
+        # from it, but nothing checks a decision made without committing ("committed
+        # already": the main branch may have been rolled back or the table recreated
+        # since; a fence error: the ledger may have been reset), so those are made again
+        # on the current table; a commit refused because the table changed since is made
+        # again from the current table in the same attempt (no other committer raced this
+        # one: commit_max_attempts counts those races)
         try:
-            return settle(table)
+            outcome = settle(table)
+        except (LedgerFenceError, ColumnsGone):
+            return settle(load_table())
         except _Unsettled as exc:
             if not isinstance(exc.cause, CommitFailedException):
                 raise
-            # the table changed since this process last committed to it: the next
-            # attempt loads it afresh, at once (no other committer to wait for)
-            raise _Unsettled(str(exc), exc.cause, retry_after=0.0) from exc.cause
+            return settle(load_table())
+        return settle(load_table()) if outcome.already_committed else outcome
 
     def settle(table: Any) -> AppendOutcome:
         store = SnapshotLedgerStore(table)
         if catalog.ledger(store).committed(context.sink_id, context.batch_id, context.query_id):
             log_already_committed(context.sink_id, context.batch_id, f"{sink}: {table_name}")
             return AppendOutcome(table, already_committed=True)
+        gone = _columns_gone(table, files)
+        if gone:
+            raise ColumnsGone(
+                f"{where}: its data files hold columns the table no longer has (field ids "
+                f"{', '.join(map(str, gone))}): another writer changed the table's schema "
+                "after the batch was planned, and the values would read as null. Nothing "
+                "is committed; restart the query: the batch is planned again against the "
+                "current table"
+            )
         props = summary_properties(
             context.sink_id,
             context.batch_id,

@@ -18,7 +18,8 @@ the sink the batch is in the table already. So:
   a carried entry is removed once the sink id has a newer entry on the kept branch.
   Batch writes (no query id) are never replayed and need no entry;
 * snapshots a branch or tag names are never expired; snapshots off the main branch that
-  nothing names are expired by the same age rule.
+  nothing names are expired by the same age rule. A named snapshot older than an expired
+  one is cut off the main branch's ancestry all the same, so its entries are carried too.
 """
 
 from __future__ import annotations
@@ -46,11 +47,20 @@ def _props(snapshot: Any) -> dict[str, str]:
 
 def carried_properties(metadata: Any, expired: set[int]) -> tuple[dict[str, str], list[str]]:
     """The table properties to set and to remove so that expiring ``expired`` keeps the
-    newest ledger entry of every streaming sink id (see the module docstring)."""
+    newest ledger entry of every streaming sink id (see the module docstring).
+
+    An entry is carried when its snapshot leaves the main branch's ancestry, which the
+    ledger walks: when it is expired, and also when it is older than an expired snapshot
+    although a tag or another branch keeps it (the walk stops at the first missing
+    parent)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = metadata.current_snapshot()
     ancestry = [] if current is None else list(ancestors_of(current, metadata))
+    first_gone = next((i for i, s in enumerate(ancestry) if s.snapshot_id in expired), None)
+    off_branch = set(expired)
+    if first_gone is not None:
+        off_branch.update(s.snapshot_id for s in ancestry[first_gone:])
     properties = dict(metadata.properties)
     newest: dict[str, tuple[int, LedgerEntry]] = {}
     for snapshot in ancestry:  # newest first: a sink id's first snapshot is its newest entry
@@ -64,7 +74,7 @@ def carried_properties(metadata: Any, expired: set[int]) -> tuple[dict[str, str]
     to_remove: list[str] = []
     for sink_id, (snapshot_id, entry) in newest.items():
         key = CARRIED_PREFIX + sink_id
-        if snapshot_id in expired:
+        if snapshot_id in off_branch:
             if carried_entry(properties, sink_id) != entry:
                 to_set[key] = carried_value(entry)
         elif key in properties:

@@ -34,7 +34,7 @@ from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.secrets import scrub
 from quixsinks.core.sink import CommitContext, Receipt, Sink, Task
 from quixsinks.core.tables.catalog import load_io
-from quixsinks.core.tables.commit import append_once
+from quixsinks.core.tables.commit import ColumnsGone, append_once
 from quixsinks.core.tables.expiry import expire_old_snapshots
 from quixsinks.core.tables.ledger import stored_records
 from quixsinks.core.tables.partitioning import (
@@ -94,6 +94,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
     def __init__(self, options: IcebergOptions, *, overwrite: bool = False) -> None:
         super().__init__(options, overwrite=overwrite)
         self.plan: TablePlan | None = None
+        self.plan_key: object = None
         self.partition_fields: tuple[PartitionField, ...] = ()
 
     @classmethod
@@ -138,6 +139,7 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
                     value=opts.partition_by,
                 )
         key = client_key(opts, opts.catalog_properties_key(), schema, self.overwrite)
+        self.plan_key = key
         self.plan = _PLANS.get(key, lambda: self._ddl().ensure(rows, json_values=json_values))
 
     def _ddl(self) -> TableDDL:
@@ -259,15 +261,21 @@ class IcebergSink(Sink[IcebergOptions, list[Any]]):
         opts = self.options
         if not files and not self.overwrite:
             return
-        outcome = append_once(
-            context,
-            files,
-            catalog=catalog_of(opts),
-            load_table=self._load_table,
-            table_name=opts.table_name,
-            overwrite=self.overwrite,
-            record=lambda: context.commit_record(receipts).to_json(),
-        )
+        try:
+            outcome = append_once(
+                context,
+                files,
+                catalog=catalog_of(opts),
+                load_table=self._load_table,
+                table_name=opts.table_name,
+                overwrite=self.overwrite,
+                record=lambda: context.commit_record(receipts).to_json(),
+            )
+        except ColumnsGone:
+            # planned against a schema the table no longer has: the replay plans again
+            _PLANS.discard(self.plan_key)
+            _JSON_FITS.clear()
+            raise
         if outcome.already_committed:
             # this attempt's data files are not in the table: delete those it does not name
             delete_files(self._io(), files, keep=referenced(outcome.table))
