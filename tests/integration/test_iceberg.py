@@ -228,6 +228,42 @@ def test_a_commit_whose_outcome_was_lost_is_not_committed_twice(
     assert len(ice["table"]().metadata.snapshots) == 1
 
 
+def test_a_lost_answer_then_another_writers_rewrite_keeps_the_batchs_files(
+    ice: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch 5 lands, its answer is lost, and another writer rewrites the table before the
+    retry: the retry finds batch 5 committed and deletes only files no snapshot names, so
+    batch 5's snapshot (time travel, incremental readers) still reads."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    sink, receipt = _sink_with_files(ice, pa.table({"id": pa.array([1], pa.int64())}))
+    sink.commit(CommitContext("sink-a", 4, True, "query-a"), [receipt])
+    real = SqlCatalog.commit_table
+
+    def lost_then_rewritten(self: Any, *args: Any, **kwargs: Any) -> Any:
+        real(self, *args, **kwargs)  # applied; its answer is lost
+        monkeypatch.setattr(SqlCatalog, "commit_table", real)
+        table = self.load_table("db.events")
+        table.overwrite(table.scan().to_arrow())  # a compaction, say: the same rows
+        raise CommitStateUnknownException("504 after the commit")
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", lost_then_rewritten)
+    _, receipt5 = _sink_with_files(ice, pa.table({"id": pa.array([2, 3], pa.int64())}), batch=5)
+    sink.commit(CommitContext("sink-a", 5, True, "query-a"), [receipt5])
+    table = ice["table"]()
+    [batch5] = [
+        s for s in table.metadata.snapshots
+        if s.summary.additional_properties.get("quixsinks.batch-id") == "5"
+    ]  # fmt: skip
+    assert sorted(table.scan(snapshot_id=batch5.snapshot_id).to_arrow()["id"].to_pylist()) == [
+        1,
+        2,
+        3,
+    ]
+    assert ice["ids"]() == [1, 2, 3]
+
+
 def _commit_elsewhere(ice: dict[str, Any], batch: int, rows: pa.Table) -> None:
     """Commit ``batch`` of sink-a as another process would: from a table it loads itself,
     leaving this process's kept table (core.tables.commit) as it was."""

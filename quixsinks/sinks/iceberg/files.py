@@ -36,12 +36,7 @@ def sweep(io: Any, location: str, load_table: Callable[[], Any], cutoff: float) 
     }
     if not old:
         return []
-    table = load_table()
-    names: set[str] = set()
-    for snapshot in table.metadata.snapshots:
-        for manifest in snapshot.manifests(table.io):
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                names.add(io.parse_location(entry.data_file.file_path)[2])
+    names = {io.parse_location(path)[2] for path in referenced(load_table())}
     orphans = sorted(old - names)
     for orphan in orphans:
         filesystem.delete_file(orphan)
@@ -62,12 +57,16 @@ def delete_files(io: Any, files: list[Any], keep: set[str] | None = None) -> Non
 
 
 def referenced(table: Any) -> set[str]:
-    """Data files of the current snapshot (never deleted by a cleanup)."""
-    snapshot = table.metadata.current_snapshot()
-    if snapshot is None:
-        return set()
+    """The data files any snapshot of the table names (never deleted by a cleanup: a file
+    another writer has since rewritten is still read by time travel and by readers of an
+    older snapshot). Each manifest is read once, however many snapshots list it."""
     paths: set[str] = set()
-    for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            paths.add(entry.data_file.file_path)
+    seen: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                paths.add(entry.data_file.file_path)
     return paths
