@@ -275,8 +275,16 @@ class LocalDestination(Destination):
         """Rename ``src`` to ``dst`` (not yet durable); the folder that holds it now."""
         source, target = self.path(src), self.path(dst)
         with _translate(source):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.replace(source, target)
+            for attempt in range(3):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                try:
+                    os.replace(source, target)
+                    break
+                except FileNotFoundError:
+                    # another writer's cleanup removed the (empty) target folder between
+                    # the two calls: make it again; a missing source still raises
+                    if attempt == 2 or not os.path.exists(source):
+                        raise
         return os.path.dirname(target)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:

@@ -429,3 +429,24 @@ def test_a_folder_sync_that_fails_with_an_io_error_is_not_ignored(
         assert caught.value.errno == error
     else:
         destinations._fsync_dir(str(tmp_path))
+
+
+def test_a_target_folder_another_writer_prunes_mid_move_is_made_again(
+    dest: LocalDestination, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer's cleanup removes the empty target folder between the move's
+    makedirs and its rename: the move makes it again instead of reporting the file lost."""
+    real = os.makedirs
+    pruned: list[str] = []
+
+    def makedirs_then_pruned(path: str, *args: object, **kwargs: object) -> None:
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path.endswith("hour=1") and not pruned:
+            pruned.append(path)
+            os.rmdir(path)
+
+    dest.write_bytes("staging/x", b"x")
+    monkeypatch.setattr(os, "makedirs", makedirs_then_pruned)
+    assert dest.move_many([("staging/x", "table/hour=1/x")]) == []
+    assert pruned
+    assert dest.read_bytes("table/hour=1/x") == b"x"
