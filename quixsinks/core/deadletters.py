@@ -34,7 +34,18 @@ receipt; the driver publishes them in the micro-batch's commit, *before* the sin
 commit records the batch in its ledger, through the file commit protocol
 (:class:`~quixsinks.core.publish.FilePublisher`: a create-only marker per batch, the
 winning attempt's files moved to names fixed by sink id and batch id). A replayed or
-retried batch therefore never loses or duplicates a dead letter.
+retried batch that refuses the same rows therefore never loses or duplicates a dead
+letter.
+
+**A replay that refuses other rows.** A refusal that depends on the destination's state
+(a key whose type changed, a unique violation against rows written since) can differ
+between a batch's first commit and its replay. When the first commit published its dead
+letters and then failed, the replay's data is what the sink commits, and a row only the
+replay refuses would be in neither place: so the replay publishes its dead letters whose
+rows the published ones lack as a *supplement* (:func:`publish_dead_letters`), before
+the sink's commit, exactly once (its own marker, under the sink id ``<sink id>.r<n>``).
+Where the first commit's data did land, such a row may then be in both places: never in
+neither.
 """
 
 from __future__ import annotations
@@ -43,22 +54,27 @@ import base64
 import dataclasses
 import datetime
 import decimal
+import hashlib
 import io
 import json
+import logging
 import math
 import tempfile
+import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Literal
 
 import pyarrow as pa
 
-from .errors import OptionError, RecordError
+from .batch import WriteContext
+from .errors import CommitError, OptionError, RecordError
 from .publish import FilePublisher, StagedFile, StagingArea
 from .records import json_object_errors
 from .secrets import scrub
 
 if TYPE_CHECKING:
-    from .batch import SinkBatch, WriteContext
+    from .batch import SinkBatch
     from .sink import CommitContext, CommonOptions, Receipt
 
 __all__ = [
@@ -83,6 +99,10 @@ DEAD_LETTER_STATE = "_quixsinks"
 _SPOOL_BYTES = 8 * 1024 * 1024
 #: The longest error message kept in a dead letter.
 _MAX_MESSAGE = 2000
+#: Supplements a batch's dead letters may get (one per replay that refused other rows).
+MAX_SUPPLEMENTS = 100
+
+logger = logging.getLogger("quixsinks.deadletters")
 
 
 def describe_row(batch: SinkBatch, row: int) -> str:
@@ -363,18 +383,106 @@ def publish_dead_letters(
     options: CommonOptions, context: CommitContext, receipts: Sequence[Receipt[Any]]
 ) -> int:
     """Publish the micro-batch's dead letters (driver, before the sink's commit); returns
-    how many files the batch's manifest names (0: nothing to publish)."""
+    how many files were published (0: nothing to publish).
+
+    A replay whose dead letters hold rows the published ones lack (see the module
+    docstring) publishes those as a supplement."""
     files = dead_letter_files(receipts)
     staging = dead_letter_staging(options)
     if not files or staging is None:
         return 0
-    publisher = FilePublisher(staging, getattr(options, "takeover_query_id", None))
-    result = publisher.publish(
+    takeover = getattr(options, "takeover_query_id", None)
+    missed = _not_yet_published(staging, context, files) if context.ledgered else []
+    result = FilePublisher(staging, takeover).publish(
         context.sink_id,
         context.batch_id,
         files,
         query_id=context.query_id,
         keep_ledger=context.ledgered,
+    )
+    if missed:
+        return result.files + _publish_supplement(staging, context, missed, takeover)
+    return result.files
+
+
+def _row_key(line: bytes) -> bytes:
+    """What identifies a dead letter's row (not its error: a replay may word it otherwise)."""
+    row = json.loads(line).get("row")
+    return hashlib.blake2b(json.dumps(row, sort_keys=True).encode(), digest_size=16).digest()
+
+
+def _supplement_id(sink_id: str, n: int) -> str:
+    return f"{sink_id}.r{n}"
+
+
+def _not_yet_published(
+    staging: StagingArea, context: CommitContext, files: Sequence[StagedFile]
+) -> list[bytes]:
+    """The lines of ``files`` (this commit's staged dead letters) whose rows the batch's
+    published dead letters (its marker's files, and its supplements') lack; [] when the
+    batch has no marker yet (nothing published: the usual case)."""
+    published: Counter[bytes] = Counter()
+    sink_id = context.sink_id
+    for n in range(MAX_SUPPLEMENTS + 1):
+        marker_sink = sink_id if n == 0 else _supplement_id(sink_id, n)
+        try:
+            manifest = staging.read_marker(staging.marker_key(marker_sink, context.batch_id))
+        except CommitError:
+            return []  # being written by another committer: its publish decides
+        if manifest is None:
+            if n == 0:
+                return []
+            break
+        ours = {f.staging_key for f in files}
+        for src, dst in manifest.get("files", []):
+            if src in ours:
+                return []  # this very commit published them (a retried commit call)
+            key = dst if staging.destination.exists(dst) else src
+            for line in staging.destination.read_bytes(key).splitlines():
+                if line.strip():
+                    published[_row_key(line)] += 1
+    missed: list[bytes] = []
+    for staged in files:
+        for line in staging.destination.read_bytes(staged.staging_key).splitlines():
+            if not line.strip():
+                continue
+            key = _row_key(line)
+            if published[key] > 0:
+                published[key] -= 1
+            else:
+                missed.append(line)
+    return missed
+
+
+def _publish_supplement(
+    staging: StagingArea, context: CommitContext, lines: list[bytes], takeover: str | None
+) -> int:
+    """Publish ``lines`` as the batch's next supplement (one file, its own marker)."""
+    for n in range(1, MAX_SUPPLEMENTS + 1):
+        sink_id = _supplement_id(context.sink_id, n)
+        if not staging.destination.exists(staging.marker_key(sink_id, context.batch_id)):
+            break
+    else:
+        raise CommitError(
+            f"batch {context.batch_id} of sink id {context.sink_id} has been replayed with "
+            f"other dead letters {MAX_SUPPLEMENTS} times; its refused rows cannot be "
+            "published once more"
+        )
+    task = WriteContext(
+        sink_id, context.batch_id, 0, uuid.uuid4().hex, context.streaming, context.query_id
+    )
+    name = dead_letter_name(task.name_prefix, context.batch_id, 0)
+    staged = staging.stage(task, name, b"\n".join(lines) + b"\n", final_key=name, rows=len(lines))
+    logger.warning(
+        "batch %d of sink id %s: its replay refused %d row(s) its first commit did not; "
+        "they are published in %s",
+        context.batch_id,
+        context.sink_id,
+        len(lines),
+        name,
+    )
+    result = FilePublisher(staging, takeover).publish(
+        sink_id, context.batch_id, [staged], query_id=context.query_id, keep_ledger=True
     )
     return result.files
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -290,6 +291,61 @@ def test_a_retried_keyed_write_publishes_its_dead_letters_once(tmp_path: Path) -
     again.commit([again.write(iter(kafka_table(values).to_batches()))])
     assert len(published_lines(dead, "*.jsonl")) == 1
     assert len(published_lines(out, "*.jsonl")) == 1
+
+
+class StateDependentRefusal(FileSink):
+    """Refuses the row at ``refused`` (an offset), as a destination whose state decides
+    (a key whose type changed); its commit fails while ``commit_fails``."""
+
+    refused = -1
+    commit_fails = False
+
+    def write(self, batch: SinkBatch) -> Any:
+        offsets = batch.table.column("offset").to_pylist()
+        bad = [i for i, offset in enumerate(offsets) if offset == self.refused]
+        for row in bad:
+            batch.refuse(row, RecordError("refused for the destination's state"))
+        return super().write(batch.without(bad))
+
+    def commit(self, context: CommitContext, receipts: list[Receipt[Any]]) -> None:
+        if self.commit_fails:
+            raise CommitError("the destination went away")
+        super().commit(context, receipts)
+
+
+def test_a_replay_that_refuses_other_rows_loses_none(tmp_path: Path) -> None:
+    """The first commit publishes its dead letters (row 101), then fails; the replay
+    refuses row 102 instead and commits its data: 102 is published as a supplement, once
+    (a second replay refusing the same rows adds nothing)."""
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    options = {
+        "path": str(out),
+        "format": "json",
+        "on_error": "dead_letter",
+        "dead_letter_path": str(dead),
+        "sink_id": "orders",
+        "batch_id": "7",
+    }
+    values: list[bytes | None] = [b'{"a": 0}', b'{"a": 1}', b'{"a": 2}']  # offsets 100-102
+
+    def attempt(refused: int, commit_fails: bool) -> None:
+        sink = StateDependentRefusal(FileOptions.from_options(options))
+        sink.refused, sink.commit_fails = refused, commit_fails
+        sink.prepare(KAFKA)
+        sink.preflight()
+        w = SinkArrowWriter(sink)
+        message = w.write(iter(kafka_table(values).to_batches()))
+        try:
+            w.commit([message])
+        except CommitError:
+            w.abort([message])
+
+    attempt(101, commit_fails=True)
+    attempt(102, commit_fails=False)
+    attempt(102, commit_fails=False)  # run again: the ledger holds it, nothing more
+    letters = published_lines(dead, "*.jsonl")
+    assert sorted(letter["row"]["offset"] for letter in letters) == [101, 102]
+    assert sorted(r["_value"]["a"] for r in published_lines(out, "*.jsonl")) == [0, 1]
 
 
 def test_an_aborted_batch_leaves_no_dead_letters(tmp_path: Path) -> None:
