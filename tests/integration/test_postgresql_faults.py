@@ -179,6 +179,30 @@ def test_a_lost_staging_commit_ack_stages_nothing_twice_in_a_stream(
     assert ids(pg) == expected
 
 
+def test_a_lost_staging_commit_ack_keeps_upserts_in_row_order(
+    spark: Any, proxied: tuple[dict[str, Any], LostAckProxy], small_arrow_batches: None
+) -> None:
+    """Upsert: the last row of a key wins, by the rows' numbers in staging. The first
+    SinkBatch's staging COMMIT lands and its answer is lost; the retry stages nothing and
+    the second SinkBatch's rows must still be numbered after the first's (they were
+    numbered from the same start, and a key's older value could win)."""
+    pg, proxy = proxied
+    proxy.lose_reply_to(PG_COMMIT, after=b"COPY ")
+    df = spark.range(0, 200, numPartitions=1).selectExpr("id % 100 AS id", "id AS v")
+    write(
+        df,
+        pg,
+        table_name="upserted",
+        primary_key_columns="id",
+        upsert_on_primary_key="true",
+        max_batch_bytes="1",  # a SinkBatch per Arrow batch of 100 rows: two in the task
+        retry_backoff_seconds="0.05",
+    )
+    assert proxy.lost == 1
+    rows = query(pg, "SELECT id, v FROM upserted ORDER BY id")
+    assert rows == [(k, 100 + k) for k in range(100)]
+
+
 def test_a_crash_between_staging_and_commit_fails_loudly_and_the_restart_writes_once(
     spark: Any, tmp_path: Path, pg: dict[str, Any]
 ) -> None:

@@ -13,9 +13,11 @@ import pyarrow as pa
 import pytest
 
 import quixsinks
-from quixsinks.core.errors import OptionError
-from quixsinks.core.sink import CommitContext
+from quixsinks.core.batch import SinkBatch, WriteContext
+from quixsinks.core.errors import CommitError, OptionError
+from quixsinks.core.sink import CommitContext, Receipt
 from quixsinks.sinks.postgresql import PostgreSQLSink
+from quixsinks.sinks.postgresql.modes import StagedRows
 from quixsinks.sinks.postgresql.options import PostgreSQLOptions
 from quixsinks.sinks.postgresql.schema import prepared_gid
 from quixsinks.testing import faulty
@@ -113,6 +115,18 @@ def prepare_rows(pg: dict[str, Any], gid: str, ids: list[int]) -> None:
         conn.close()
 
 
+def receipt_of(context: CommitContext, *gids: str) -> Receipt[Any]:
+    """A task's receipt naming the prepared transactions ``gids`` (one staged write)."""
+    return Receipt(
+        context.sink_id,
+        context.batch_id,
+        0,
+        "attempt",
+        query_id=context.query_id,
+        staged=[StagedRows(tables={"t": ("", 0)}, prepared=list(gids))],
+    )
+
+
 def roll_back(pg: dict[str, Any], gid: str) -> None:
     conn = pg["server"].connect(pg["dbname"])
     try:
@@ -163,6 +177,99 @@ def test_a_replayed_batch_rolls_back_its_new_attempts(pg: dict[str, Any]) -> Non
     assert query(pg, "SELECT count(*) FROM t") == [(0,)]
     assert prepared_left(pg) == [later]
     roll_back(pg, later)
+
+
+def test_a_keyed_write_still_running_keeps_its_prepared_transactions(
+    pg: dict[str, Any],
+) -> None:
+    """Keyed batch writes of one sink id: May's tasks have prepared, June commits first.
+    June's commit leaves May's undecided transactions alone (the ledger lacks May), and
+    May's commit then lands its rows (it used to record May over rows rolled back)."""
+    sink = sink_for(pg)
+    sink.preflight()
+    may = prepared_gid("orders", 20240501, "attempt-may", 0, "public")
+    june = prepared_gid("orders", 20240601, "attempt-june", 0, "public")
+    prepare_rows(pg, may, [1, 2])
+    prepare_rows(pg, june, [3])
+    june_context = CommitContext("orders", 20240601, False, "batch-write", "postgresql")
+    sink.commit(june_context, [receipt_of(june_context, june)])
+    assert prepared_left(pg) == [may]
+    may_context = CommitContext("orders", 20240501, False, "batch-write", "postgresql")
+    sink.commit(may_context, [receipt_of(may_context, may)])
+    assert query(pg, "SELECT id FROM t ORDER BY id") == [(1,), (2,), (3,)]
+    assert prepared_left(pg) == []
+
+
+def test_a_commit_whose_prepared_transactions_were_rolled_back_records_nothing(
+    pg: dict[str, Any],
+) -> None:
+    """A winner rolled back before the driver decided it (abandoned past
+    staging_max_age_hours, or by hand): the commit fails and writes no ledger row, so the
+    replay writes the batch again instead of skipping it."""
+    sink = sink_for(pg)
+    sink.preflight()
+    gid = prepared_gid("s1", 4, "attempt-a", 0, "public")
+    prepare_rows(pg, gid, [1, 2])
+    roll_back(pg, gid)
+    context = CommitContext("s1", 4, True, "q1", "postgresql")
+    with pytest.raises(CommitError, match="prepared transactions are gone"):
+        sink.commit(context, [receipt_of(context, gid)])
+    assert query(pg, "SELECT count(*) FROM _quixsinks_ledger WHERE sink_id = 's1'") == [(0,)]
+
+
+def test_abort_rolls_back_prepared_transactions_no_receipt_names(pg: dict[str, Any]) -> None:
+    """A task prepared, then its receipt never reached the driver (a lost executor): its
+    transaction would hold its rows' locks and block the replay. Abort rolls back every
+    undecided transaction of the batch, not only the receipts'; other batches' stay."""
+    sink = sink_for(pg)
+    sink.preflight()
+    orphan = prepared_gid("s1", 4, "attempt-lost", 0, "public")
+    named = prepared_gid("s1", 4, "attempt-b", 1, "public")
+    later = prepared_gid("s1", 5, "attempt-c", 0, "public")
+    prepare_rows(pg, orphan, [1])
+    prepare_rows(pg, named, [2])
+    prepare_rows(pg, later, [3])
+    context = CommitContext("s1", 4, True, "q1", "postgresql")
+    sink.abort(context, [receipt_of(context, named)])
+    assert prepared_left(pg) == [later]
+    roll_back(pg, later)
+
+
+def staged_task(sink: PostgreSQLSink, batch_id: int, partition: int, ids: list[int]) -> Any:
+    """One task of a keyed batch write (no Spark): its rows written, its receipt."""
+    context = WriteContext("orders", batch_id, partition, f"a{partition}", False, "batch-write")
+    task = sink.new_task(context)
+    receipt: Receipt[Any] = Receipt(
+        "orders", batch_id, partition, f"a{partition}", query_id="batch-write"
+    )
+    try:
+        sink.setup(task)
+        sink.check_fence(task)
+        table = pa.table({"id": pa.array(ids, pa.int64())})
+        receipt.staged.append(sink.write(SinkBatch(table, sink.records, context, task=task)))
+    finally:
+        sink.close(task)
+        task.close()
+    return receipt
+
+
+@pytest.mark.parametrize("mode", ["exactly-once", "prepared"])
+def test_a_keyed_write_still_running_survives_a_later_keys_commit(
+    pg: dict[str, Any], mode: str
+) -> None:
+    """Through the sink's own task writes: May's tasks are done, June's write commits
+    first, then May's commit lands every row (staged mode: its staging tables were kept;
+    prepared: its prepared transactions were)."""
+    sink = sink_for(pg, write_mode=mode)
+    sink.preflight()
+    may = [staged_task(sink, 20240501, p, list(range(p * 100, p * 100 + 100))) for p in (0, 1)]
+    june = [staged_task(sink, 20240601, 0, list(range(1000, 1050)))]
+    sink.commit(CommitContext("orders", 20240601, False, "batch-write", "postgresql"), june)
+    sink.commit(CommitContext("orders", 20240501, False, "batch-write", "postgresql"), may)
+    assert query(pg, "SELECT count(*) FROM t WHERE id < 1000") == [(200,)]
+    assert query(pg, "SELECT count(*) FROM t WHERE id >= 1000") == [(50,)]
+    assert prepared_left(pg) == []
+    assert staging_tables(pg) == []
 
 
 def test_conflict_handling_options_need_staging() -> None:

@@ -180,9 +180,22 @@ def test_prepared_transaction_ids_carry_their_schema_and_batch() -> None:
     assert not gid_in_schema("someone_elses_transaction", "public")
 
 
-def settle(gid: str, *, decided: bool = False, old: bool = False, batch: int = 5) -> str | None:
+def settle(
+    gid: str,
+    *,
+    decided: bool = False,
+    old: bool = False,
+    batch: int = 5,
+    committed: tuple[int, ...] = (4,),
+) -> str | None:
     return settle_action(
-        gid, decided=decided, old=old, schema="public", sink_id="s1", batch_id=batch
+        gid,
+        decided=decided,
+        old=old,
+        schema="public",
+        sink_id="s1",
+        batch_id=batch,
+        committed=committed,
     )
 
 
@@ -192,7 +205,11 @@ def test_settling_commits_decided_and_rolls_back_only_this_schemas_undecided() -
     other_sink = prepared_gid("s2", 4, "attempt", 0, "public")
     other_schema = prepared_gid("s1", 4, "attempt", 0, "sales")
     assert settle(ours, decided=True) == "commit"
-    assert settle(ours) == "rollback"  # a failed attempt or a replay of a committed batch
+    assert settle(ours, batch=4, committed=()) == "rollback"  # the batch's own losers
+    assert settle(ours) == "rollback"  # a lower batch the ledger holds: its losers
+    # a lower batch the ledger lacks: a keyed write of the sink id may still be running
+    assert settle(ours, committed=()) is None
+    assert settle(ours, committed=(), old=True) == "abandoned"
     assert settle(later) is None  # a batch not committed yet
     assert settle(other_sink) is None
     assert settle(other_sink, old=True) == "abandoned"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,7 @@ from .schema import (
     Column,
     NulError,
     TableSchema,
+    gid_in_schema,
     prepared_gid,
     settle_action,
     stage_batch,
@@ -442,12 +443,12 @@ class StagingMode(WriteMode):
                 stage,
             )
             # the rows the landed try refused are found again (and refused once: that
-            # try's refusals were never applied), then this copy is rolled back
-            counted = dict(load.batch.counters)
+            # try's refusals were never applied), then this copy is rolled back; what it
+            # counted stays: it is what the landed try staged and refused (the staged row
+            # count numbers the next SinkBatch's rows, which upsert orders by)
             cur.execute("SAVEPOINT quixsinks_again")
             self.write_rows(cur, load, copy)
             cur.execute("ROLLBACK TO SAVEPOINT quixsinks_again")
-            _restore(load.batch, counted)
             return stage
         self.write_rows(cur, load, copy)
         return stage
@@ -589,20 +590,20 @@ class StagingMode(WriteMode):
         )
 
     def _drop_stages(self, cur: Any, context: CommitContext, only: list[str] | None) -> None:
-        """Drop this sink's staging tables of this and earlier batches (those of failed
-        task attempts included), or only the tables named in ``only``."""
+        """Drop this sink's staging tables of this batch and of earlier batches the ledger
+        holds (those of failed task attempts included), or only the tables named in
+        ``only``."""
         sql = import_psycopg2().sql
         schema = self.options.schema_name
         names = ddl.stage_tables(cur, schema, stage_prefix(context.sink_id))
-        doomed = [
-            n
-            for n in names
-            if (
-                n in only
-                if only is not None
-                else (stage_batch(n, context.sink_id) or 0) <= context.batch_id
+        if only is not None:
+            doomed = [n for n in names if n in only]
+        else:
+            batches = {n: stage_batch(n, context.sink_id) for n in names}
+            done = _committed_lower(
+                cur, self.options, context.sink_id, context.batch_id, batches.values()
             )
-        ]
+            doomed = [n for n, b in batches.items() if b == context.batch_id or b in done]
         if doomed:
             cur.execute(
                 sql.SQL("DROP TABLE IF EXISTS {}").format(
@@ -699,6 +700,7 @@ class PreparedMode(WriteMode):
                 if not decided:
                     log_already_committed(context.sink_id, context.batch_id)
             if decided and gids:
+                self._check_still_prepared(cur, context, gids)
                 cur.execute(
                     sql.SQL(
                         "INSERT INTO {} (gid, sink_id) SELECT unnest(%s::text[]), %s "
@@ -710,6 +712,26 @@ class PreparedMode(WriteMode):
                 self._prune(cur, context)
             cur.execute("COMMIT")
             self._settle(cur, context.sink_id, context.batch_id)
+
+    def _check_still_prepared(self, cur: Any, context: CommitContext, gids: list[str]) -> None:
+        """Before the batch is decided: every winning prepared transaction is still there.
+        One rolled back meanwhile (abandoned past ``staging_max_age_hours``, or by an
+        operator) holds rows that are gone: the batch must not be recorded as written."""
+        cur.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid = ANY(%s) "
+            "AND database = current_database()",
+            (gids,),
+        )
+        gone = sorted(set(gids) - {gid for (gid,) in cur.fetchall()})
+        if gone:
+            cur.execute("ROLLBACK")
+            raise CommitError(
+                f"postgresql: batch {context.batch_id} of sink id {context.sink_id} cannot be "
+                f"committed: {len(gone)} of its prepared transactions are gone ({gone[0]}"
+                f"{', ...' if len(gone) > 1 else ''}), rolled back before the driver decided "
+                f"them (older than staging_max_age_hours, or by hand); nothing is recorded, "
+                "and the batch's rerun or replay writes it again"
+            )
 
     def _settle(self, cur: Any, sink_id: str | None, batch_id: int | None) -> None:
         """Finish prepared transactions: COMMIT PREPARED every decided one (any sink's: a
@@ -729,7 +751,9 @@ class PreparedMode(WriteMode):
             ).format(decided_table),
             (self.options.staging_max_age_hours * 3600,),
         )
-        for gid, decided, old in cur.fetchall():
+        found = cur.fetchall()
+        committed = self._committed_batches(cur, sink_id, batch_id, [gid for gid, _, _ in found])
+        for gid, decided, old in found:
             action = settle_action(
                 gid,
                 decided=decided,
@@ -737,6 +761,7 @@ class PreparedMode(WriteMode):
                 schema=self.options.schema_name,
                 sink_id=sink_id,
                 batch_id=batch_id,
+                committed=committed,
             )
             if action is None:
                 continue
@@ -752,24 +777,54 @@ class PreparedMode(WriteMode):
             ).format(decided_table)
         )
 
+    def _committed_batches(
+        self, cur: Any, sink_id: str | None, batch_id: int | None, gids: list[str]
+    ) -> set[int]:
+        """The lower batch ids of ``sink_id`` with prepared transactions in ``gids`` that
+        the ledger holds (see :func:`_committed_lower`)."""
+        if sink_id is None or batch_id is None:
+            return set()
+        ids = [stage_batch(g, sink_id) for g in gids]
+        return _committed_lower(cur, self.options, sink_id, batch_id, ids)
+
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
-        """ROLLBACK PREPARED the batch's transactions that no commit has decided (never a
-        landed batch's: a commit that failed after deciding is finished by the next one)."""
-        gids = [gid for r in receipts for s in r.staged for gid in s.prepared]
-        if not gids:
-            return
+        """ROLLBACK PREPARED every transaction of the batch that no commit has decided: the
+        receipts' and those of attempts whose receipts never reached the driver (a task
+        that failed after preparing, a lost executor), which would hold their rows' locks
+        and block the replay. Never a landed batch's decided ones: a commit that failed
+        after deciding is finished by the next one."""
         psycopg2 = import_psycopg2()
+        schema = self.options.schema_name
         with autocommit_session(self.options, lock_key(self.options, context.sink_id)) as cur:
             cur.execute(
                 psycopg2.sql.SQL(
-                    "SELECT p.gid FROM pg_prepared_xacts p WHERE p.gid = ANY(%s) AND p.database "
-                    "= current_database() AND NOT EXISTS (SELECT 1 FROM {} d WHERE d.gid = p.gid)"
-                ).format(psycopg2.sql.Identifier(self.options.schema_name, DECIDED_TABLE)),
-                (gids,),
+                    "SELECT p.gid FROM pg_prepared_xacts p WHERE p.database = "
+                    "current_database() AND NOT EXISTS (SELECT 1 FROM {} d WHERE d.gid = p.gid)"
+                ).format(psycopg2.sql.Identifier(schema, DECIDED_TABLE)),
             )
             for (gid,) in cur.fetchall():
+                if not gid_in_schema(gid, schema):
+                    continue
+                if stage_batch(gid, context.sink_id) != context.batch_id:
+                    continue
                 with contextlib.suppress(psycopg2.errors.UndefinedObject):
                     cur.execute("ROLLBACK PREPARED %s", (gid,))
+
+
+def _committed_lower(
+    cur: Any,
+    options: PostgreSQLOptions,
+    sink_id: str,
+    batch_id: int,
+    batch_ids: Iterable[int | None],
+) -> set[int]:
+    """Those of ``batch_ids`` below ``batch_id`` that the ledger holds: what their attempts
+    left (staging tables, undecided prepared transactions) lost and may go. A lower batch
+    the ledger lacks may be a keyed write of the sink id still running: its leftovers stay
+    until ``staging_max_age_hours``."""
+    lower = {b for b in batch_ids if b is not None and b < batch_id}
+    store = PostgresLedgerStore(cur, options.schema_name)
+    return {b for b in sorted(lower) if store.get(sink_id, b) is not None}
 
 
 def _restore(batch: SinkBatch, counted: dict[str, int]) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -392,20 +392,23 @@ def settle_action(
     schema: str,
     sink_id: str | None,
     batch_id: int | None,
+    committed: Collection[int] = (),
 ) -> Literal["commit", "rollback", "abandoned"] | None:
     """What the settling of prepared transactions does with ``gid``.
 
     ``commit`` when it is ``decided`` in ``schema``'s decided table; ``rollback`` when it
-    is an undecided one of ``sink_id`` in ``schema`` up to ``batch_id`` (a failed attempt,
-    a replay of a committed batch); ``abandoned`` when it is an undecided one of any sink
-    in ``schema`` that is ``old``; None (left alone) otherwise: never another schema's,
-    whose decision this schema's table does not hold."""
+    is an undecided one of ``sink_id`` in ``schema`` of ``batch_id`` or of a lower batch
+    id in ``committed`` (the ledger holds it: a failed attempt, a replay of a committed
+    batch); ``abandoned`` when it is an undecided one of any sink in ``schema`` that is
+    ``old``; None (left alone) otherwise: never another schema's, whose decision this
+    schema's table does not hold, nor a lower batch id's the ledger lacks (a keyed write
+    of the sink id may still be running)."""
     if decided:
         return "commit"
     if not gid_in_schema(gid, schema):
         return None
     mine = stage_batch(gid, sink_id) if sink_id is not None else None
-    if mine is not None and batch_id is not None and mine <= batch_id:
+    if mine is not None and (mine == batch_id or mine in committed):
         return "rollback"
     return "abandoned" if old else None
 
