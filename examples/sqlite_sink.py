@@ -64,11 +64,12 @@ class SQLiteLedgerStore(RecordingLedgerStore):
             "DELETE FROM _ledger WHERE sink_id = ? AND query_id = ?", (sink_id, query_id)
         )
 
-    def prune(self, sink_id: str, keep: int) -> None:  # all but the newest `keep` entries
+    def prune(self, sink_id: str, keep: int, recorded: int) -> None:
+        # all but the newest `keep` entries and the one just recorded
         self.conn.execute(
-            "DELETE FROM _ledger WHERE sink_id = ? AND batch_id NOT IN (SELECT batch_id FROM "
-            "_ledger WHERE sink_id = ? ORDER BY batch_id DESC LIMIT ?)",
-            (sink_id, sink_id, keep),
+            "DELETE FROM _ledger WHERE sink_id = ? AND batch_id <> ? AND batch_id NOT IN "
+            "(SELECT batch_id FROM _ledger WHERE sink_id = ? ORDER BY batch_id DESC LIMIT ?)",
+            (sink_id, recorded, sink_id, keep),
         )
 
 

@@ -92,11 +92,12 @@ class LedgerEntry:
     query_id: str
 
 
-def beyond_kept(batch_ids: Iterable[int], keep: int) -> set[int]:
+def beyond_kept(batch_ids: Iterable[int], keep: int, recorded: int | None = None) -> set[int]:
     """The batch ids a ledger keeping ``keep`` entries per sink id drops: all but the
-    ``keep`` highest (see :meth:`RecordingLedgerStore.prune`)."""
+    ``keep`` highest and ``recorded``, the one just recorded (see
+    :meth:`RecordingLedgerStore.prune`)."""
     newest_first = sorted(set(batch_ids), reverse=True)
-    return set(newest_first[keep:])
+    return set(newest_first[keep:]) - {recorded}
 
 
 def log_already_committed(sink_id: str, batch_id: int, detail: str = "") -> None:
@@ -156,8 +157,10 @@ class RecordingLedgerStore(LedgerStore):
         """Add an entry; False if the batch had one already (create-only)."""
 
     @abstractmethod
-    def prune(self, sink_id: str, keep: int) -> None:
-        """Delete the entries of ``sink_id`` but the ``keep`` with the highest batch ids.
+    def prune(self, sink_id: str, keep: int, recorded: int) -> None:
+        """Delete the entries of ``sink_id`` but the ``keep`` with the highest batch ids and
+        ``recorded``, the batch just recorded (a keyed backfill of an old id: its retry
+        after a lost answer must find its entry).
 
         By count, not by distance from the newest batch id: keyed batch writes use sparse
         ids (``20240501``, then ``20240601``), and an entry dropped while its batch may
@@ -225,5 +228,5 @@ class Ledger:
         self.fence(sink_id, query_id)
         recorded = store.record(LedgerEntry(sink_id, batch_id, query_id))
         if recorded:
-            store.prune(sink_id, self.keep_batches)
+            store.prune(sink_id, self.keep_batches, batch_id)
         return recorded

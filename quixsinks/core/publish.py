@@ -174,7 +174,7 @@ class StagingArea:
         ledger = self.ledger_prefix(sink_id)
         markers = {_batch_of(k, ledger): k for k in self.destination.list(ledger)}
         markers.pop(-1, None)  # the owner object
-        old = [markers[b] for b in sorted(beyond_kept(markers, self.keep_batches))]
+        old = [markers[b] for b in sorted(beyond_kept(markers, self.keep_batches, batch_id))]
         staging = f"{self.state_prefix}/staging/{sink_id}"
         leftovers: dict[int, list[str]] = {}
         for key in self.destination.list(staging):
@@ -340,11 +340,12 @@ class MarkerStore(RecordingLedgerStore):
         self.destination.delete(self.destination.list(self.staging.ledger_prefix(sink_id)))
         self._owners.pop(sink_id, None)
 
-    def prune(self, sink_id: str, keep: int) -> None:
+    def prune(self, sink_id: str, keep: int, recorded: int) -> None:
         prefix = self.staging.ledger_prefix(sink_id)
         markers = {_batch_of(k, prefix): k for k in self.destination.list(prefix)}
         markers.pop(-1, None)  # the owner object
-        self.destination.delete([markers[b] for b in sorted(beyond_kept(markers, keep))])
+        gone = beyond_kept(markers, keep, recorded)
+        self.destination.delete([markers[b] for b in sorted(gone)])
 
     def newest_batch(self, sink_id: str) -> int:
         prefix = self.staging.ledger_prefix(sink_id)

@@ -136,7 +136,8 @@ def test_date_keyed_writes_are_pruned_by_count_not_by_distance(
     spark: Any, tmp_path: Path, case: str, request: pytest.FixtureRequest
 ) -> None:
     """Daily batch ids jump (20240510 -> 20240710 -> 20250110): the ledger keeps the newest
-    ``ledger_keep_batches`` entries, so an older rerun is still recognised (the ids end in
+    ``ledger_keep_batches`` entries and the one it records (a backfill of an older id),
+    so an older rerun is still recognised (the ids end in
     0: the file commit's housekeeping runs; the rerun has fewer partitions, so a rerun the
     ledger forgot would leave the first run's other files beside its own). Where each
     commit prunes (SQL, Lua, BigQuery), the oldest entry goes beyond that many and its
@@ -153,8 +154,12 @@ def test_date_keyed_writes_are_pruned_by_count_not_by_distance(
     write(df, fmt, {**keyed, "batch_id": "20240710"})
     write(df, fmt, {**keyed, "batch_id": "20240510"})  # two months later, one partition
     assert read() == sorted(ids * 2)
+    # a backfill below the newest two keeps its own entry: its rerun writes nothing
+    write(df.repartition(3), fmt, {**keyed, "batch_id": "20240110"})
+    write(df, fmt, {**keyed, "batch_id": "20240110"})
+    assert read() == sorted(ids * 3)
     if case in ("file", "csvfile", "iceberg"):
         return
-    write(df, fmt, {**keyed, "batch_id": "20250110"})  # a third entry: 20240510's goes
+    write(df, fmt, {**keyed, "batch_id": "20250110"})  # 20240510's and 20240110's go
     write(df, fmt, {**keyed, "batch_id": "20240510"})
-    assert read() == sorted(ids * 4)
+    assert read() == sorted(ids * 5)

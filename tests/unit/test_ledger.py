@@ -54,8 +54,8 @@ class DictStore(RecordingLedgerStore):
             if not (k[0] == sink_id and e.query_id == query_id)
         }
 
-    def prune(self, sink_id: str, keep: int) -> None:
-        gone = beyond_kept((b for s, b in self.entries if s == sink_id), keep)
+    def prune(self, sink_id: str, keep: int, recorded: int) -> None:
+        gone = beyond_kept((b for s, b in self.entries if s == sink_id), keep, recorded)
         self.entries = {
             k: e for k, e in self.entries.items() if not (k[0] == sink_id and k[1] in gone)
         }
@@ -129,10 +129,23 @@ def test_record_prunes_sparse_batch_ids_by_count() -> None:
     assert sorted(b for _, b in store.entries) == [20240610, 20250101, 20250102]
 
 
-def test_beyond_kept_is_all_but_the_highest_ids() -> None:
+def test_beyond_kept_is_all_but_the_highest_ids_and_the_one_recorded() -> None:
     assert beyond_kept([5, 1, 9, 3], 2) == {1, 3}
+    assert beyond_kept([5, 1, 9, 3], 2, recorded=1) == {3}
     assert beyond_kept([5, 1], 2) == set()
     assert beyond_kept([], 1) == set()
+
+
+def test_a_keyed_backfill_of_an_old_id_keeps_its_own_entry() -> None:
+    """An id below the newest keep_batches (a backfill of an old date): recording it must
+    not prune it in the same step, or a retry after a lost answer writes it again."""
+    store = DictStore()
+    ledger = Ledger(store, keep_batches=2)
+    for day in (20240601, 20240602, 20240603):
+        ledger.record(SINK, day, BATCH_WRITE_QUERY_ID)
+    assert ledger.record(SINK, 20240501, BATCH_WRITE_QUERY_ID) is True
+    assert ledger.record(SINK, 20240501, BATCH_WRITE_QUERY_ID) is False  # the retry
+    assert sorted(b for _, b in store.entries) == [20240501, 20240602, 20240603]
 
 
 def test_fence_error_pickles_with_its_attributes() -> None:

@@ -150,10 +150,10 @@ def commit_transaction(
         f"{'NULL' if record is None else literal(record)});"
     )
     if prune:  # all but the newest ledger_keep_batches rows (by count: keyed ids are sparse)
-        body.append(
-            f"DELETE FROM {ledger} WHERE sink_id = {sink} AND batch_id < (SELECT MIN(batch_id) "
-            f"FROM (SELECT batch_id FROM {ledger} WHERE sink_id = {sink} ORDER BY batch_id "
-            f"DESC LIMIT {int(options.ledger_keep_batches)}));"
+        body.append(  # and never this batch's (a keyed backfill of an old id)
+            f"DELETE FROM {ledger} WHERE sink_id = {sink} AND batch_id != {batch} AND "
+            f"batch_id < (SELECT MIN(batch_id) FROM (SELECT batch_id FROM {ledger} WHERE "
+            f"sink_id = {sink} ORDER BY batch_id DESC LIMIT {int(options.ledger_keep_batches)}));"
         )
     inner = "\n    ".join(body)
     return (

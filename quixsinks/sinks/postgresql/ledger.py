@@ -80,13 +80,14 @@ class PostgresLedgerStore(LedgerStore):
                 out.append(CommitRecord.from_dict(record))
         return out
 
-    def prune(self, sink_id: str, keep: int) -> None:
-        """Delete the rows of ``sink_id`` but the ``keep`` with the highest batch ids (by
-        count: :meth:`~quixsinks.core.ledger.RecordingLedgerStore.prune`)."""
+    def prune(self, sink_id: str, keep: int, recorded: int) -> None:
+        """Delete the rows of ``sink_id`` but the ``keep`` with the highest batch ids and
+        ``recorded`` (:meth:`~quixsinks.core.ledger.RecordingLedgerStore.prune`)."""
         self._run(
-            "DELETE FROM {0} WHERE sink_id = %s AND batch_id < (SELECT min(batch_id) FROM "
-            "(SELECT batch_id FROM {0} WHERE sink_id = %s ORDER BY batch_id DESC LIMIT %s) kept)",
-            (sink_id, sink_id, keep),
+            "DELETE FROM {0} WHERE sink_id = %s AND batch_id <> %s AND batch_id < "
+            "(SELECT min(batch_id) FROM (SELECT batch_id FROM {0} WHERE sink_id = %s "
+            "ORDER BY batch_id DESC LIMIT %s) kept)",
+            (sink_id, recorded, sink_id, keep),
         )
 
 

@@ -270,7 +270,9 @@ class WriteMode:
         """Old ledger rows of this sink id; staging tables nobody will commit."""
         sql = import_psycopg2().sql
         schema = self.options.schema_name
-        PostgresLedgerStore(cur, schema).prune(context.sink_id, self.options.ledger_keep_batches)
+        PostgresLedgerStore(cur, schema).prune(
+            context.sink_id, self.options.ledger_keep_batches, context.batch_id
+        )
         cur.execute(
             sql.SQL(
                 "DELETE FROM {} WHERE created_at < now() - make_interval(secs => %s) "

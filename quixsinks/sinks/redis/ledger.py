@@ -205,18 +205,20 @@ for _, hash in ipairs(staged) do
 end
 redis.call('HSET', ledger, batch, query)
 if record ~= '' then redis.call('HSET', records, batch, record) end
--- all but the newest `keep` entries (by count: keyed batch ids are sparse)
+-- all but the newest `keep` entries (by count: keyed batch ids are sparse), and never
+-- this batch's (a keyed backfill of an old id: a retry after a lost reply must find it)
 local ids = redis.call('HKEYS', ledger)
 if #ids > keep then
   local sorted = {}
   for i, b in ipairs(ids) do sorted[i] = tonumber(b) end
   table.sort(sorted)
   local lowest_kept = sorted[#sorted - keep + 1]
+  local this = tonumber(batch)
   for _, b in ipairs(ids) do
-    if tonumber(b) < lowest_kept then redis.call('HDEL', ledger, b) end
+    if tonumber(b) < lowest_kept and tonumber(b) ~= this then redis.call('HDEL', ledger, b) end
   end
   for _, b in ipairs(redis.call('HKEYS', records)) do
-    if tonumber(b) < lowest_kept then redis.call('HDEL', records, b) end
+    if tonumber(b) < lowest_kept and tonumber(b) ~= this then redis.call('HDEL', records, b) end
   end
 end
 for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
