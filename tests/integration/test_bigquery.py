@@ -327,3 +327,92 @@ def test_json_columns_are_written_as_bigquery_json(
     row = rows(bigquery_sink)[0]
     assert row["payload"] == {"a": 1, "b": ["x", "y"]}
     assert row["attrs"] == {"k": 2.5}
+
+
+def _staged_batch(
+    bigquery_sink: dict[str, Any], batch_id: int, ids: list[int]
+) -> tuple[BigQuerySink, Any]:
+    """A planned sink and the receipt of one task of micro-batch ``batch_id`` that staged
+    ``ids`` (no Spark: the commit runs in this process)."""
+    import pyarrow as pa
+
+    from quixsinks.core.batch import SinkBatch, WriteContext
+    from quixsinks.core.sink import Receipt
+    from quixsinks.sinks.bigquery import BigQueryOptions
+
+    sink = BigQuerySink(BigQueryOptions.from_options(bigquery_sink["options"]))
+    table = pa.table({"id": pa.array(ids, pa.int64())})
+    sink.prepare(table.schema)
+    sink.preflight()
+    context = WriteContext("direct-commit", batch_id, 0, f"a{batch_id}", True, "query-1")
+    staged = sink.write(SinkBatch(table, sink.records, context))
+    receipt = Receipt(
+        "direct-commit", batch_id, 0, f"a{batch_id}", query_id="query-1", staged=[staged]
+    )
+    return sink, receipt
+
+
+def test_staged_rows_gone_before_the_commit_fail_it_and_record_nothing(
+    bigquery_sink: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer's sweep deletes the batch's staging rows (older than
+    staging_max_age_hours) after the commit made its streams visible and before its
+    transaction: the transaction counts them and fails, instead of recording the batch
+    without its rows."""
+    from quixsinks.core.errors import DestinationError
+    from quixsinks.core.sink import CommitContext
+    from quixsinks.sinks.bigquery import modes
+
+    sink, receipt = _staged_batch(bigquery_sink, 3, [1, 2, 3])
+    staging_table = bigquery_sink["table"] + "_qs_staging"
+    real = modes.commit_streams
+
+    def then_swept(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        bigquery_sink["client"].query(f"DELETE FROM `{staging_table}` WHERE TRUE").result()
+
+    monkeypatch.setattr(modes, "commit_streams", then_swept)
+    with pytest.raises(DestinationError, match="fewer than the 3 rows"):
+        sink.commit(CommitContext("direct-commit", 3, True, "query-1", "bigquery"), [receipt])
+    assert rows(bigquery_sink) == []
+    assert [r for r in ledger(bigquery_sink) if r["sink_id"] == "direct-commit"] == []
+
+
+def test_a_commit_job_that_outlives_its_wait_is_stopped_not_submitted_again(
+    bigquery_sink: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for the commit transaction times out while the job may still run: it is
+    cancelled and polled until it has stopped (here it had committed), and no second
+    transaction is submitted beside it (two appending transactions would both land)."""
+    from google.cloud.bigquery import Client
+    from google.cloud.bigquery.job import QueryJob
+
+    from quixsinks.core.sink import CommitContext
+
+    sink, receipt = _staged_batch(bigquery_sink, 4, [7, 8])
+    submitted: list[str] = []
+    cancelled: list[str] = []
+    real_query, real_result, real_cancel = Client.query, QueryJob.result, QueryJob.cancel
+
+    def query(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        if sql.startswith("BEGIN TRANSACTION"):
+            submitted.append(sql)
+        return real_query(self, sql, *args, **kwargs)
+
+    def result(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outcome = real_result(self, *args, **kwargs)
+        if self.query.startswith("BEGIN TRANSACTION") and not cancelled:
+            raise TimeoutError("the wait ended first")
+        return outcome
+
+    def cancel(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cancelled.append(self.job_id)
+        return real_cancel(self, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "query", query)
+    monkeypatch.setattr(QueryJob, "result", result)
+    monkeypatch.setattr(QueryJob, "cancel", cancel)
+    sink.commit(CommitContext("direct-commit", 4, True, "query-1", "bigquery"), [receipt])
+    assert len(submitted) == 1
+    assert len(cancelled) == 1
+    assert [r["id"] for r in rows(bigquery_sink)] == [7, 8]

@@ -10,11 +10,12 @@ deadline), everything else a DestinationError that fails the task.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from quixsinks.core.clients import ClientCache, client_key
-from quixsinks.core.errors import DestinationError, QuixSinksError
+from quixsinks.core.errors import CommitError, DestinationError, QuixSinksError, RetryableError
 from quixsinks.core.vendors import google
 from quixsinks.core.vendors.http import import_client
 
@@ -169,11 +170,23 @@ def ddl_kwargs(options: BigQueryOptions) -> dict[str, Any]:
     return {"timeout": options.ddl_timeout, "retry": retry}
 
 
-def run_query(options: BigQueryOptions, sql: str) -> None:
-    """Run one (multi-statement) query job to its end."""
+#: how often a commit job that outlived its wait is polled until it has stopped (seconds)
+JOB_POLL_SECONDS = 0.5
+
+
+def run_query(options: BigQueryOptions, sql: str, *, settle: bool = False) -> None:
+    """Run one (multi-statement) query job to its end.
+
+    ``settle`` (a commit transaction, which the caller retries): a job that outlives its
+    wait is not left running while a retry submits another one (two transactions that
+    append do not conflict in BigQuery: both would land). It is cancelled and polled
+    until it has stopped: if it committed meanwhile the call succeeds; else the retry may
+    go (a RetryableError); a job that does not stop within another wait leaves the outcome
+    unknown, a CommitError that the caller does not retry."""
     from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
 
     deadline = options.retry_timeout
+    job = None
     try:
         job = clients(options).bigquery.query(
             sql,
@@ -182,5 +195,41 @@ def run_query(options: BigQueryOptions, sql: str) -> None:
             job_retry=DEFAULT_JOB_RETRY.with_deadline(deadline),
         )
         job.result(timeout=deadline + options.insert_timeout)
+    except TimeoutError as exc:
+        if settle and job is not None:
+            _stop(options, job)
+            return
+        raise translate(exc, describe(options)) from exc
     except Exception as exc:
         raise translate(exc, describe(options)) from exc
+
+
+def _stop(options: BigQueryOptions, job: Any) -> None:
+    """Cancel a commit job that outlived its wait and wait until it has stopped; return if
+    it committed, raise RetryableError if it did not, CommitError if it will not stop."""
+    where = describe(options)
+    try:
+        job.cancel(timeout=options.ddl_timeout)
+        stop_by = time.monotonic() + options.retry_timeout + options.insert_timeout
+        while True:
+            job.reload(timeout=options.ddl_timeout)
+            if job.state == "DONE" or time.monotonic() > stop_by:
+                break
+            time.sleep(JOB_POLL_SECONDS)
+    except Exception as exc:
+        raise CommitError(
+            f"{where}: the commit job {job.job_id} outlived its wait and could not be "
+            f"stopped ({type(exc).__name__}: {exc}); its outcome is unknown, so it is not "
+            "submitted again here: the query's restart finds it in the ledger if it landed"
+        ) from exc
+    if job.state != "DONE":
+        raise CommitError(
+            f"{where}: the commit job {job.job_id} outlived its wait and did not stop when "
+            "cancelled; its outcome is unknown, so it is not submitted again here: the "
+            "query's restart finds it in the ledger if it landed"
+        )
+    if job.error_result:
+        raise RetryableError(
+            f"{where}: the commit job {job.job_id} outlived its wait and was stopped "
+            f"({job.error_result.get('message', job.error_result)}); nothing was committed"
+        )

@@ -128,10 +128,15 @@ def commit_transaction(
     tokens: Sequence[str],
     overwrite: bool,
     prune: bool,
+    staged_rows: int = 0,
 ) -> str:
     """The commit's one transaction: unless the ledger has the batch, (overwrite: empty the
     target,) move the winning tokens' staging rows to the target, write the ledger row (with
-    ``record``, the commit record's JSON) and prune old ones; first the fence again, in SQL."""
+    ``record``, the commit record's JSON) and prune old ones; first the fence again, in SQL.
+
+    ``staged_rows``: the rows the winning tasks staged. Fewer of them in the staging table
+    (deleted by another writer's sweep of old staging rows) fail the transaction before
+    anything moves, instead of committing the batch without them."""
     ledger = sql_table(ledger_id(options))
     sink, batch, query = literal(entry.sink_id), entry.batch_id, literal(entry.query_id)
     body = []
@@ -139,6 +144,15 @@ def commit_transaction(
         body.append(f"DELETE FROM {sql_table(target)} WHERE TRUE;")
     if tokens and columns:
         cols = ", ".join(quote(n) for n in columns)
+        wanted = ", ".join(literal(t) for t in tokens)
+        body.append(
+            f"IF (SELECT COUNT(*) FROM {sql_table(staging)} WHERE {quote(TOKEN_COLUMN)} IN "
+            f"({wanted})) < {int(staged_rows)} THEN\n"
+            f"      SELECT ERROR('quixsinks: batch {batch} of sink id ' || {sink} || ': the "
+            f"staging table holds fewer than the {int(staged_rows)} rows its tasks staged "
+            "(deleted as older than staging_max_age_hours?); nothing is committed, the "
+            "replay stages them again');\n    END IF;"
+        )
         body.append(
             f"INSERT INTO {sql_table(target)} ({cols}) SELECT {cols} FROM "
             f"{sql_table(staging)} WHERE {quote(TOKEN_COLUMN)} IN "

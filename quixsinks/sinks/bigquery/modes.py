@@ -177,9 +177,10 @@ class ExactlyOnce(WriteMode):
             tokens=sorted({s.token for s in streams if s.rows}),
             overwrite=overwrite,
             prune=context.ledgered,
+            staged_rows=sum(s.rows for s in streams),
         )
         try:
-            run_query(self.options, sql)
+            run_query(self.options, sql, settle=True)
         except DestinationError:
             # the guard's ERROR(): another query wrote under this sink id meanwhile
             self.ledger(takeover=False).check(sink_id, query_id)
