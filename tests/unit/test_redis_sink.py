@@ -148,6 +148,21 @@ def test_a_value_over_512_mb_is_a_record_error(monkeypatch: pytest.MonkeyPatch) 
         sink.encoder.commands(SinkBatch(table, sink.records, WriteContext("s", 0)))
 
 
+def test_a_stream_entry_with_more_fields_than_the_commit_can_append_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit script passes an entry's fields to XADD through Lua's unpack (about
+    8,000 values): a larger entry would fail the script after earlier entries were
+    appended. It is refused at staging, naming the row (the others are staged)."""
+    monkeypatch.setattr(redis_wire, "MAX_STREAM_FIELDS", 2)
+    sink = RedisSink(options(data_type="stream"))
+    table = pa.table({"key": ["a", "b"], "x": [1, 2], "y": [None, 3], "z": [5, 6]})
+    sink.prepare(table.schema)
+    assert sink.records is not None
+    with pytest.raises(RecordError, match="row 1 has 3 fields"):
+        sink.encoder.staged_commands(SinkBatch(table, sink.records, WriteContext("s", 0)), "st")
+
+
 def joined_key(key: object, value: dict[str, object]) -> str:
     return f"{key}/{value['v']}"
 

@@ -20,7 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quixsinks.core.batch import SinkBatch, name_prefix
-from quixsinks.core.errors import CommitError, DestinationError, LedgerFenceError, RecordError
+from quixsinks.core.errors import (
+    CommitError,
+    DestinationError,
+    LedgerFenceError,
+    QuixSinksError,
+    RecordError,
+)
 from quixsinks.core.ledger import log_already_committed
 from quixsinks.core.sink import CommitContext, Receipt, Task, staged_in_order
 
@@ -232,7 +238,15 @@ class Append(WriteMode):
             self.abort(context, receipts)
             raise self._staging_lost(context, detail, *(int(n) for n in result[2:5]))
         if not context.ledgered:  # an unkeyed batch write is never seen again: no ledger key
-            call(lambda: redis.delete(keys[0], keys[2]))
+            try:
+                call(lambda: redis.delete(keys[0], keys[2]))
+            except QuixSinksError as exc:  # the entries are appended: the write succeeded
+                self.logger.warning(
+                    "batch %s was appended, but deleting its write's ledger keys failed "
+                    "(%s); they hold one entry and are harmless",
+                    context.batch_id,
+                    exc,
+                )
         if committed:  # before the script, which found the entry too and appended nothing
             log_already_committed(context.sink_id, context.batch_id)
             return

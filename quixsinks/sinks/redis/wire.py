@@ -58,6 +58,10 @@ KeyCheck: TypeAlias = Callable[[pa.Array], pa.Array | None]
 
 #: Redis refuses a string (or bulk argument) larger than this
 MAX_VALUE_BYTES = 512 * 1024 * 1024
+#: fields of one stream entry: the commit script passes an entry's fields to XADD with
+#: Lua's ``unpack``, which takes about 8,000 values; an entry with more would fail the
+#: script part-way, after earlier entries were appended (Redis keeps a script's writes)
+MAX_STREAM_FIELDS = 3_900
 
 # ---------------------------------------------------------------------- RESP in Arrow
 
@@ -484,6 +488,7 @@ class RespEncoder:
                 fields = pc.add(fields, pc.cast(valid, pa.int64()))
             entries = concat_rows(pieces, rows)
             present = pc.greater(fields, 0)
+            _check_fields(fields, batch)
         _check_size(entries, "entry", batch)
         none = rows - int(pc.sum(present).as_py()) if rows else 0
         if none:
@@ -577,6 +582,21 @@ class _TooLarge(Exception):
     def __init__(self, checks: RowChecks) -> None:
         super().__init__("values over Redis's limit")
         self.checks = checks
+
+
+def _check_fields(fields: pa.Array, batch: SinkBatch) -> None:
+    """Refuse the stream entries with more fields than the commit script can append."""
+    if not len(fields) or (pc.max(fields).as_py() or 0) <= MAX_STREAM_FIELDS:
+        return
+    checks = RowChecks(batch)
+    checks.add(
+        pc.greater(fields, MAX_STREAM_FIELDS),
+        lambda row: (
+            f"redis: the stream entry of row {row} has {fields[row].as_py()} fields; the "
+            f"sink appends at most {MAX_STREAM_FIELDS} per entry (the commit script's XADD)"
+        ),
+    )
+    raise _TooLarge(checks)
 
 
 def _check_size(values: pa.Array, what: str, batch: SinkBatch) -> None:
