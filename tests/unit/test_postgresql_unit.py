@@ -167,6 +167,8 @@ def test_staging_table_names_are_safe_short_and_carry_the_batch() -> None:
     assert stage_batch(name, "query-2") is None
     assert name != stage_table_name("query-1", 42, TableSchema("other", 'x"; drop'), "00003-0-abc")
     assert name != stage_table_name("query-1", 42, table, "00003-1-abc")
+    largest = stage_table_name("query-1", 2**53 - 1, table, "00003-0-abc")  # batch ids' limit
+    assert len(largest.encode()) <= 63
 
 
 def test_prepared_transaction_ids_carry_their_schema_and_batch() -> None:

@@ -357,9 +357,11 @@ def stage_prefix(sink_id: str) -> str:
 
 
 def stage_table_name(sink_id: str, batch_id: int, table: TableSchema, attempt_id: str) -> str:
-    """The staging table of one task attempt for one target table (at most 63 bytes)."""
+    """The staging table of one task attempt for one target table (at most 63 bytes: 57
+    with the largest batch id). The attempt's digest has 64 bits: two attempts of a batch
+    sharing a table (a 1 in 2^33 chance per pair with 32 bits) fail its commit's count."""
     target = _digest(f"{table.schema}\x00{table.name}", 8)
-    return f"{stage_prefix(sink_id)}{batch_id}_{target}_{_digest(attempt_id, 8)}"
+    return f"{stage_prefix(sink_id)}{batch_id}_{target}_{_digest(attempt_id, 16)}"
 
 
 def prepared_gid(sink_id: str, batch_id: int, attempt_id: str, n: int, schema: str) -> str:
