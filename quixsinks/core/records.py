@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from .arrow import as_binary, join_lines
+from .arrow import as_binary, floor_time, join_lines
 from .errors import OptionError, RecordError
 
 __all__ = [
@@ -180,10 +180,7 @@ class RecordSchema:
             return pa.nulls(table.num_rows, pa.int64())
         column = table.column(self.timestamp).combine_chunks()
         if pa.types.is_timestamp(column.type):
-            if column.type.unit in ("us", "ns"):  # floor, also before 1970
-                column = pc.floor_temporal(column, unit="millisecond")
-            millis = pc.cast(column, pa.timestamp("ms", column.type.tz), safe=False)
-            return pc.cast(millis, pa.int64())
+            return pc.cast(floor_time(column, "ms"), pa.int64())
         return pc.cast(column, pa.int64())
 
     def value_table(self, table: pa.Table) -> pa.Table:

@@ -130,6 +130,17 @@ def test_timestamps_before_1970_floor() -> None:
     assert timestamps(column, "ms", name="ts").to_pylist() == [-1]
 
 
+@pytest.mark.parametrize("precision", ["ms", "s"])
+def test_times_in_a_daylight_saving_fall_back_hour_are_written(precision: str) -> None:
+    """02:30 on 2024-10-27 happens twice in Berlin (Spark hands Python the session's
+    zone): both are floored in UTC, not refused as ambiguous local times."""
+    first = 1_729_989_000_123_456  # 02:30 CEST
+    column = pa.array([first, first + 3_600_000_000], pa.timestamp("us", "Europe/Berlin"))
+    scale = 1000 if precision == "ms" else 1_000_000
+    expected = [first // scale, (first + 3_600_000_000) // scale]
+    assert timestamps(column, precision, name="ts").to_pylist() == expected  # type: ignore[arg-type]
+
+
 def test_integer_times_must_match_the_precision_digits() -> None:
     good = pa.array([1714564800123], pa.int64())
     assert timestamps(good, "ms", name="t").to_pylist() == [1714564800123]

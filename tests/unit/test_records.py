@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from quixsinks.core.arrow import floor_time
 from quixsinks.core.errors import OptionError, RecordError
 from quixsinks.core.records import RecordSchema, parse_json_objects
 
@@ -219,6 +220,21 @@ def test_microsecond_timestamps_floor_to_milliseconds(tz: str | None) -> None:
 )
 def test_timestamps_of_every_unit_become_milliseconds(unit: str, value: int, ms: int) -> None:
     assert timestamps_ms(pa.array([value], pa.timestamp(unit))) == [ms]
+
+
+@pytest.mark.parametrize("unit", ["us", "ns"])
+def test_times_in_a_daylight_saving_fall_back_hour_floor_in_utc(unit: str) -> None:
+    """Spark hands Python timestamps in the session's zone; 02:30 on 2024-10-27 happens
+    twice in Berlin. Flooring in local time raised "Local time is ambiguous" for every
+    row of that hour, a task that failed on each replay."""
+    first = 1_729_989_000_123_456  # 00:30:00.123456 UTC = 02:30 CEST
+    second = first + 3_600_000_000  # 01:30 UTC = 02:30 CET
+    scale = 1000 if unit == "ns" else 1
+    stamps = pa.array([first * scale, second * scale], pa.timestamp(unit, "Europe/Berlin"))
+    assert timestamps_ms(stamps) == [first // 1000, second // 1000]
+    floored = floor_time(stamps, "s")
+    assert floored.type == pa.timestamp("s", "Europe/Berlin")
+    assert floored.cast(pa.int64()).to_pylist() == [first // 10**6, second // 10**6]
 
 
 def test_timestamps_before_1970_floor_to_milliseconds() -> None:

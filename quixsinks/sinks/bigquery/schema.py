@@ -38,7 +38,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true
+from quixsinks.core.arrow import first_null, first_true, floor_time
 from quixsinks.core.errors import OptionError, RecordError
 
 from .options import STAGING_SUFFIX
@@ -357,10 +357,7 @@ def convert(array: pa.Array, target: BQField, *, path: str | None = None) -> pa.
             return _utf8(array, name)
         return pc.cast(array, pa.string())
     if target.type in ("TIMESTAMP", "DATETIME") and pa.types.is_timestamp(array.type):
-        if array.type.unit == "ns":
-            array = pc.floor_temporal(array, unit="microsecond")
-        unit_cast = pa.timestamp("us", array.type.tz)
-        array = pc.cast(array, unit_cast, safe=False)
+        array = floor_time(array, "us")
         if target.type == "TIMESTAMP" and array.type.tz is None:
             return pc.assume_timezone(array, "UTC").cast(wanted)
         if target.type == "DATETIME" and array.type.tz is not None:

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true
+from quixsinks.core.arrow import first_null, first_true, floor_time
 from quixsinks.core.errors import OptionError, RecordError
 
 __all__ = [
@@ -48,8 +48,6 @@ __all__ = [
 Precision = Literal["ns", "us", "ms", "s"]
 #: digits of a current epoch time per precision (Quix validates integer times so)
 DIGITS = {"s": 10, "ms": 13, "us": 16, "ns": 19}
-_UNIT = {"s": "s", "ms": "ms", "us": "us", "ns": "ns"}
-_TEMPORAL = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
 
 
 class LinesRefused(RecordError):
@@ -226,11 +224,7 @@ def timestamps(column: pa.Array, precision: Precision, *, name: str) -> pa.Array
     t = column.type
     if pa.types.is_timestamp(t):
         _check_storable(pc.cast(column, pa.int64()), t.unit, name)
-        unit_rank = ["s", "ms", "us", "ns"]
-        if unit_rank.index(t.unit) > unit_rank.index(precision):
-            column = pc.floor_temporal(column, unit=_TEMPORAL[precision])
-        converted = pc.cast(column, pa.timestamp(_UNIT[precision], t.tz), safe=False)
-        return pc.cast(converted, pa.int64())
+        return pc.cast(floor_time(column, precision), pa.int64())
     if pa.types.is_integer(t):
         digits = pc.utf8_length(pc.cast(pc.abs(column), pa.string()))
         row = first_true(pc.and_(pc.not_equal(digits, DIGITS[precision]), pc.is_valid(column)))
