@@ -27,6 +27,7 @@ from quixsinks.sinks.bigquery.options import BigQueryOptions, split_table_id
 from quixsinks.sinks.bigquery.schema import check_column_name, quote
 from quixsinks.sinks.iceberg.options import IcebergOptions
 from quixsinks.sinks.influxdb3 import LineProtocol
+from quixsinks.sinks.influxdb3.wire import LINE_START
 from quixsinks.sinks.kinesis.options import KinesisOptions
 from quixsinks.sinks.postgresql.options import PostgreSQLOptions
 from quixsinks.sinks.postgresql.schema import column_plan, identifier_problem
@@ -149,14 +150,14 @@ def test_line_protocol_reads_back_as_written_or_is_refused(
     # a tag or field named 'time' is refused for its own reason (InfluxDB's time column)
     assume("time" not in (tag_key, field_key))
     names = (measurement, tag_key, field_key, tag_value)
-    # what has no unambiguous form: a newline, a '#' starting the line, or a backslash a
-    # parser could read as an escape, in a name or a tag value
-    refused = measurement.startswith("#") or any(
+    # what has no unambiguous form: a newline, a '#' or whitespace starting the line, or a
+    # backslash a parser could read as an escape, in a name or a tag value
+    refused = bool(re.match(LINE_START, measurement)) or any(
         "\n" in n or re.search(r"\\([\\,= ]|$)", n) for n in names
     )
     fields = {field_key: text, "n": 5}
     if refused:
-        with pytest.raises((OptionError, RecordError), match=r"newline|backslash|'#'"):
+        with pytest.raises((OptionError, RecordError), match=r"newline|backslash|'#' or white"):
             lines_for(measurement, {tag_key: tag_value}, fields)
         return
     [line] = lines_for(measurement, {tag_key: tag_value}, fields)

@@ -204,13 +204,19 @@ def test_a_backslash_before_an_ordinary_character_passes_through() -> None:
     assert lines == ["m,t=C:\\temp v=1i 1\n"]
 
 
-def test_a_measurement_column_starting_with_a_hash_is_a_record_error() -> None:
+@pytest.mark.parametrize("name", ["#cpu", "\t#cpu", "\tcpu", " cpu", "\x00cpu"])
+def test_a_measurement_column_starting_with_a_hash_or_whitespace_is_a_record_error(
+    name: str,
+) -> None:
+    """InfluxDB reads '#' as a comment and drops leading whitespace and NUL: the point
+    would be lost or land in measurement 'cpu'."""
     protocol = lp(measurement=None, measurement_column="kind", fields=("v",))
-    with pytest.raises(RecordError, match="comment"):
-        render(protocol, {"kind": ["#cpu"], "v": [1]})
+    with pytest.raises(RecordError, match="comment") as error:
+        render(protocol, {"kind": ["cpu", name], "v": [1, 2]})
+    assert error.value.row == 1
 
 
-@pytest.mark.parametrize("name", ["#m", "m\\", "a\\ b"])
+@pytest.mark.parametrize("name", ["#m", "m\\", "a\\ b", "\tm", " m"])
 def test_a_measurement_option_that_cannot_be_written_is_an_option_error(name: str) -> None:
     with pytest.raises(OptionError, match="unambiguously"):
         render(lp(measurement=name, fields=("v",)), {"v": [1]})

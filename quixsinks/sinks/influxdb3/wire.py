@@ -282,11 +282,12 @@ class LineProtocol:
                     row=row,
                 )
             _check_no_newline(names, "measurement")
-            row = first_true(pc.starts_with(names, "#"))
+            row = first_true(pc.match_substring_regex(names, LINE_START))
             if row is not None:
                 raise RecordError(
-                    f"the measurement {names[row].as_py()!r} (row {row}) starts with '#', which "
-                    "makes its line a comment; rename it",
+                    f"the measurement {names[row].as_py()!r} (row {row}) starts with '#' or "
+                    "whitespace (a '#' makes its line a comment; InfluxDB drops leading "
+                    "whitespace, and a point would land in another measurement); rename it",
                     column=self.measurement_column,
                     row=row,
                 )
@@ -364,11 +365,11 @@ def _escape_literal(name: str, characters: str = ",= ", *, starts_line: bool = F
     """
     if "\n" in name:
         raise OptionError(f"line protocol: the name {name!r} contains a newline", value=name)
-    if re.search(AMBIGUOUS_BACKSLASH, name) or (starts_line and name.startswith("#")):
+    if re.search(AMBIGUOUS_BACKSLASH, name) or (starts_line and re.search(LINE_START, name)):
         raise OptionError(
             f"line protocol: the name {name!r} cannot be written unambiguously in line protocol "
             "(a backslash at its end or before a backslash, comma, equals sign or space"
-            + (", or a leading '#'" if starts_line else "")
+            + (", or a leading '#' or whitespace" if starts_line else "")
             + "); rename it",
             value=name,
         )
@@ -376,6 +377,10 @@ def _escape_literal(name: str, characters: str = ",= ", *, starts_line: bool = F
         name = name.replace(character, "\\" + character)
     return name
 
+
+#: what a measurement may not start with: '#' makes the line a comment, and InfluxDB's
+#: parsers drop leading whitespace and NUL (a point would land in another measurement)
+LINE_START = r"^[#\t\n\v\f\r \x00]"  # the same characters in Python's re and in RE2
 
 #: InfluxDB's timestamp column: a tag or field of this name is dropped silently (1.x) or
 #: clashes with the time column (3.x)
