@@ -33,6 +33,7 @@ from quixsinks.sinks.tsdatalake.wire import (
     _time_value,
     _typed,
     expand,
+    partition_values,
     spec_fields,
 )
 
@@ -60,6 +61,27 @@ def test_identity_columns_leave_the_file_and_rows_keep_their_order() -> None:
         "city=b": [{"v": 1}, {"v": 3}],
         f"city={NULL_PARTITION}": [{"v": 4}],
     }
+
+
+def test_an_empty_hive_value_is_the_null_partition_and_a_literal_none_stays_text() -> None:
+    """Spark cannot read a ``c=`` folder: the empty text goes where Spark's own writer puts
+    it, the null partition. ``__None__`` as text is written ``%5F_None__``, and the
+    catalog registers it as that text, not as a null."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import NestedField, StringType
+
+    table = pa.table({"c": ["", None, NULL_PARTITION, "a"], "v": [1, 2, 3, 4]})
+    assert sorted(split(Layout(("c",), None), table)) == [
+        "c=%5F_None__",
+        f"c={NULL_PARTITION}",
+        "c=a",
+    ]
+    schema = Schema(NestedField(1, "c", StringType(), required=False))
+    spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "c"))
+    assert partition_values("t/c=%5F_None__/f.parquet", spec, schema) == [NULL_PARTITION]
+    assert partition_values(f"t/c={NULL_PARTITION}/f.parquet", spec, schema) == [None]
 
 
 def test_values_that_would_break_a_path_are_percent_encoded() -> None:
@@ -535,3 +557,14 @@ def test_identity_values_from_a_path_take_their_columns_type() -> None:
     assert _typed("1970-01-11", "date") == 10
     assert _typed("a/b", "string") == "a/b"
     assert _typed(None, "long") is None
+
+
+def test_time_hive_columns_need_the_timestamp_among_the_written_columns() -> None:
+    """value_columns that leave the timestamp out: every row would land in the __None__
+    time partitions; planning refuses it instead, saying what to add."""
+    schema = pa.schema([("ts", pa.timestamp("us", "UTC")), ("v", pa.int64())])
+    options = lake_options(hive_columns="year,month", timestamp_column="ts", value_columns="v")
+    with pytest.raises(OptionError, match="value_columns leaves it out"):
+        TSDataLakeSink(options).prepare(schema)
+    keep = lake_options(hive_columns="year,month", timestamp_column="ts", value_columns="ts,v")
+    TSDataLakeSink(keep).prepare(schema)

@@ -179,6 +179,15 @@ class TSDataLakeSink(Sink[TSDataLakeOptions, TSPiece]):
                         value=ts,
                         allowed=list(schema.names),
                     )
+                if ts not in row_names:  # the partitions come from the rows as written
+                    raise OptionError(
+                        f"tsdatalake: hive columns {', '.join(opts.time_columns)} need "
+                        f"timestamp_column {ts!r} among the columns written, and "
+                        f"value_columns leaves it out (written: {', '.join(row_names)}); "
+                        "add it to value_columns",
+                        option="value_columns",
+                        value=",".join(opts.value_columns or ()),
+                    )
                 t = schema.field(ts).type
                 if not (pa.types.is_timestamp(t) or pa.types.is_integer(t)):
                     raise OptionError(

@@ -299,9 +299,13 @@ def unfit_rows(table: pa.Table, hive_columns: Sequence[str]) -> list[tuple[int, 
 def encode_value(value: str) -> str:
     """A partition value as a path segment's text: percent-encoded where it would break a
     path (most values need nothing); the literal text ``__None__`` (the null partition's
-    name) with its first ``_`` encoded, so that it reads back as itself."""
+    name) with its first ``_`` encoded, so that it reads back as itself; the empty text
+    as the null partition, as Spark's own partitioned writer does (Spark cannot read a
+    ``<col>=`` folder: EMPTY_PARTITION_COLUMN_VALUE)."""
     if value == NULL_PARTITION:
         return "%5F" + value[1:]
+    if not value:
+        return NULL_PARTITION
     return quote(value, safe=_SAFE)
 
 
@@ -383,8 +387,7 @@ def partition_values(key: str, spec: Any, schema: Any) -> list[Any]:
     path: dict[str, str | None] = {}
     for segment in segments:
         name, _, text = segment.partition("=")
-        value = unquote(text)
-        path[unquote(name)] = None if value == NULL_PARTITION else value
+        path[unquote(name)] = decode_segment(text)  # null before decoding: %5F_None__ is text
     values: list[Any] = []
     for field in spec.fields:
         transform = str(field.transform)
