@@ -13,6 +13,7 @@ import pytest
 from quixsinks.core.errors import DestinationError, RecordError
 from quixsinks.sinks.influxdb1.client import Answer, numbered_parse_errors, translate
 from quixsinks.sinks.influxdb3 import client as influxdb3_client
+from quixsinks.sinks.influxdb3.points import _multiline
 from quixsinks.sinks.influxdb3.wire import LineProtocol, LinesRefused, field_pieces
 
 BODY = b"m v=1 1\nm v=2 2\nm v=3 3\n"
@@ -21,6 +22,23 @@ BODY = b"m v=1 1\nm v=2 2\nm v=3 3\n"
 def test_a_1x_parse_error_names_the_line_by_its_text() -> None:
     message = "partial write: unable to parse 'm v=2 2': invalid field format dropped=1"
     assert numbered_parse_errors(message, BODY) == {2: "invalid field format"}
+
+
+def test_a_1x_parse_error_is_found_behind_the_errors_own_prefix() -> None:
+    """What the sink passes: the error's message, which starts with where it happened."""
+    message = (
+        "http://127.0.0.1:8086 database d: HTTP 400: partial write: unable to parse "
+        "'m v=2 2': invalid field format dropped=1"
+    )
+    assert numbered_parse_errors(message, BODY) == {2: "invalid field format"}
+
+
+def test_lines_holding_a_newline_inside_a_string_field_are_told_apart() -> None:
+    """A string field may hold a raw newline: the server's line numbers then no longer
+    match the rows, and the sink isolates the rows by halving instead."""
+    lines = pa.array(["m v=1 1\n", 'm s="a\nb" 2\n', "m v=3 3\n"])
+    assert not _multiline(lines, [0, 2])
+    assert _multiline(lines, [0, 1, 2])
 
 
 def test_every_1x_parse_error_must_be_found_to_name_lines() -> None:
@@ -64,6 +82,15 @@ def test_influxdb3_a_refusal_without_line_numbers_is_for_the_whole_request() -> 
     body = {"error": "partial write of line protocol occurred", "data": [{"error_message": "x"}]}
     error = influxdb3_client.translate(_influxdb3_error(400, body), "db", retention_ok=True)
     assert type(error) is RecordError
+
+
+def test_influxdb3_a_422_is_a_retention_skip_only_when_it_says_retention() -> None:
+    """InfluxDB 2.x answers 422 for other refused points too (a field type conflict):
+    those are refusals for the rows, never points skipped as if out of retention."""
+    retention = _influxdb3_error(422, {"error": "points beyond retention policy dropped=3"})
+    assert influxdb3_client.translate(retention, "db", retention_ok=True) is None
+    conflict = _influxdb3_error(422, {"error": "field type conflict: input field v"})
+    assert type(influxdb3_client.translate(conflict, "db", retention_ok=True)) is RecordError
 
 
 @pytest.mark.parametrize("status", [401, 429, 500, 503])

@@ -264,7 +264,11 @@ def numbered_parse_errors(message: str, body: bytes) -> dict[int, str] | None:
     """The lines of ``body`` (1-based) that a 1.x 400 answer ``message`` refuses as
     ``unable to parse '<line>': <why>``, with the reasons; None unless every error of the
     answer is such a line found in ``body`` (a field type conflict names no line)."""
-    text = message.removeprefix("partial write:").strip()
+    # the error's message starts with where it happened ("<url> database d: HTTP 400: ")
+    starts = [i for i in (message.find("partial write:"), message.find(_UNABLE)) if i >= 0]
+    if not starts:
+        return None
+    text = message[min(starts) :].removeprefix("partial write:").strip()
     text = _DROPPED.sub("", text)
     segments = [segment.strip() for segment in text.split("\n") if segment.strip()]
     if not segments:

@@ -126,7 +126,7 @@ def translate(
         if retry_after is not None:
             return SinkBackpressureError(retry_after, text)
         return RetryableError(text)
-    if status == 422:
+    if status == 422 and _says_retention(message, response):  # as Quix matches it
         if retention_ok:
             return None
         return _refused(
@@ -141,7 +141,7 @@ def translate(
         )
     if status == 404:
         return DestinationNotFoundError(f"{text}; does the database exist?", location=where)
-    if status == 400:
+    if status in (400, 422):  # 422 for other points (InfluxDB 2.x's /api/v2/write)
         return _refused(text, exc)
     if status is not None and status >= 500:
         return RetryableError(text)
@@ -221,6 +221,13 @@ def _is_server_error(exc: Exception) -> bool:
         "influxdb_client_3",
         "influxdb_client",
     )
+
+
+def _says_retention(message: str, response: Any) -> bool:
+    """Whether a 422 is about the retention period (its message, or its body)."""
+    data = getattr(response, "data", None)
+    body = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+    return "retention" in f"{message} {body}".lower()
 
 
 def _refused(message: str, exc: Exception) -> RecordError:

@@ -323,7 +323,9 @@ class PointsSink(Sink[OptionsT, None]):
                 sent = task.retry(request, what=what) if task is not None else request()
             except LinesRefused as exc:
                 named = {n: why for n, why in exc.lines.items() if 1 <= n <= len(rows)}
-                if not named or len(named) != len(exc.lines):
+                if not named or len(named) != len(exc.lines) or _multiline(lines, rows):
+                    # a string field holding a newline shifts the server's line numbers
+                    # off the rows: the glue isolates the rows by halving instead
                     raise RecordError(exc.message) from exc
                 for number, why in sorted(named.items()):
                     error = RecordError(
@@ -390,3 +392,9 @@ class PointsSink(Sink[OptionsT, None]):
                 raise RecordError(f"{self.name}: {why}", column=name, row=row)
         fields = tuple(written)
         return dataclasses.replace(protocol, fields=fields)
+
+
+def _multiline(lines: pa.Array, rows: list[int]) -> bool:
+    """Whether a line of ``rows`` holds a newline before its end (a string field's)."""
+    taken = lines.take(pa.array(rows, pa.int64()))
+    return bool((pc.max(pc.count_substring(taken, "\n")).as_py() or 0) > 1)
