@@ -199,7 +199,8 @@ def test_hive_values_read_back_as_themselves_and_never_leave_their_directory(
     value: str,
 ) -> None:
     encoded = encode_value(value)
-    assert decode_segment(encoded) == value
+    # the empty text is the null partition (Spark cannot read a `c=` folder)
+    assert decode_segment(encoded) == (value or None)
     segment = f"c={encoded}"
     assert "/" not in segment
     assert "\\" not in segment
