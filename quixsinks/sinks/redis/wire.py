@@ -586,34 +586,39 @@ class _TooLarge(Exception):
 
 def _check_fields(fields: pa.Array, batch: SinkBatch) -> None:
     """Refuse the stream entries with more fields than the commit script can append."""
-    if not len(fields) or (pc.max(fields).as_py() or 0) <= MAX_STREAM_FIELDS:
-        return
-    checks = RowChecks(batch)
-    checks.add(
-        pc.greater(fields, MAX_STREAM_FIELDS),
-        lambda row: (
-            f"redis: the stream entry of row {row} has {fields[row].as_py()} fields; the "
-            f"sink appends at most {MAX_STREAM_FIELDS} per entry (the commit script's XADD)"
+    _refuse_over(
+        fields,
+        MAX_STREAM_FIELDS,
+        batch,
+        lambda row, n: (
+            f"redis: the stream entry of row {row} has {n} fields; the sink appends at most "
+            f"{MAX_STREAM_FIELDS} per entry (the commit script's XADD)"
         ),
     )
-    raise _TooLarge(checks)
 
 
 def _check_size(values: pa.Array, what: str, batch: SinkBatch) -> None:
-    if not len(values):
+    """Refuse the values over Redis's size limit."""
+    _refuse_over(
+        pc.binary_length(values) if len(values) else values,
+        MAX_VALUE_BYTES,
+        batch,
+        lambda row, n: (
+            f"redis: the {what} of row {row} is {n} bytes; Redis stores at most "
+            f"{MAX_VALUE_BYTES} bytes (512 MB) per value"
+        ),
+    )
+
+
+def _refuse_over(
+    measures: pa.Array, limit: int, batch: SinkBatch, message: Callable[[int, int], str]
+) -> None:
+    """Raise _TooLarge with the rows whose measure is over ``limit`` (none: nothing)."""
+    if not len(measures) or (pc.max(measures).as_py() or 0) <= limit:
         return
-    longest = pc.max(pc.binary_length(values)).as_py()
-    if longest is not None and longest > MAX_VALUE_BYTES:
-        sizes = pc.binary_length(values)
-        checks = RowChecks(batch)
-        checks.add(
-            pc.greater(sizes, MAX_VALUE_BYTES),
-            lambda row: (
-                f"redis: the {what} of row {row} is {sizes[row].as_py()} bytes; Redis "
-                f"stores at most {MAX_VALUE_BYTES} bytes (512 MB) per value"
-            ),
-        )
-        raise _TooLarge(checks)
+    checks = RowChecks(batch)
+    checks.add(pc.greater(measures, limit), lambda row: message(row, measures[row].as_py()))
+    raise _TooLarge(checks)
 
 
 def windows(
