@@ -65,19 +65,23 @@ def test_identity_columns_leave_the_file_and_rows_keep_their_order() -> None:
 
 def test_an_empty_hive_value_is_the_null_partition_and_a_literal_none_stays_text() -> None:
     """Spark cannot read a ``c=`` folder: the empty text goes where Spark's own writer puts
-    it, the null partition. ``__None__`` as text is written ``%5F_None__``, and the
-    catalog registers it as that text, not as a null."""
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import Schema
-    from pyiceberg.transforms import IdentityTransform
-    from pyiceberg.types import NestedField, StringType
-
+    it, the null partition. ``__None__`` as text is written ``%5F_None__``."""
     table = pa.table({"c": ["", None, NULL_PARTITION, "a"], "v": [1, 2, 3, 4]})
     assert sorted(split(Layout(("c",), None), table)) == [
         "c=%5F_None__",
         f"c={NULL_PARTITION}",
         "c=a",
     ]
+
+
+def test_iceberg_registration_keeps_a_literal_none_as_text() -> None:
+    """The catalog registers ``%5F_None__`` as the text ``__None__`` (Hive readers see
+    that), and only ``__None__`` itself as a null."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import NestedField, StringType
+
     schema = Schema(NestedField(1, "c", StringType(), required=False))
     spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "c"))
     assert partition_values("t/c=%5F_None__/f.parquet", spec, schema) == [NULL_PARTITION]
