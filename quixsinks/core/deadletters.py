@@ -412,7 +412,13 @@ def _row_key(line: bytes) -> bytes:
 
 
 def _supplement_id(sink_id: str, n: int) -> str:
-    return f"{sink_id}.r{n}"
+    """The sink id of a batch's ``n``-th supplement (within the 200 characters of a sink
+    id: a long one is shortened and told apart by its digest)."""
+    suffix = f".r{n}"
+    if len(sink_id) + len(suffix) > 200:
+        digest = hashlib.blake2b(sink_id.encode(), digest_size=8).hexdigest()
+        sink_id = f"{sink_id[:150]}-{digest}"
+    return sink_id + suffix
 
 
 def _not_yet_published(

@@ -434,3 +434,13 @@ def test_a_batch_without_refused_rows_keeps_its_task_and_parsed_values() -> None
     assert rest.task is batch.task
     rest.count("x")
     assert batch.counters == {"x": 1}
+
+
+def test_a_supplements_sink_id_stays_a_valid_sink_id() -> None:
+    from quixsinks.core.deadletters import _supplement_id
+    from quixsinks.core.ledger import check_sink_id
+
+    assert _supplement_id("orders", 1) == "orders.r1"
+    long_ids = {_supplement_id("a" * 200, 100), _supplement_id("a" * 199 + "b", 100)}
+    assert len(long_ids) == 2
+    assert all(check_sink_id(s) for s in long_ids)
