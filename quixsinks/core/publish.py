@@ -608,9 +608,13 @@ class AppendPublisher:
                     entries = [json.loads(line) for line in complete.splitlines() if line.strip()]
 
                     def log(entry: dict[str, Any]) -> None:
-                        handle.write(json.dumps(entry).encode() + b"\n")
-                        handle.flush()
-                        os.fsync(handle.fileno())
+                        # by path, not through ``handle``: a takeover rewrites the ledger
+                        # (a new file renamed into place), and a line written through the
+                        # old handle would go to a file nobody reads
+                        with open(self.ledger, "ab") as out:
+                            out.write(json.dumps(entry).encode() + b"\n")
+                            out.flush()
+                            os.fsync(out.fileno())
                         entries.append(entry)
 
                     yield entries, log
@@ -660,7 +664,9 @@ class AppendPublisher:
                 self.staging.discard(sink_id, batch_id)
                 return PublishResult(files=0, already_committed=True)
             size = os.path.getsize(self.target) if os.path.exists(self.target) else 0
-            if entries and entries[-1]["state"] == "begin":
+            if entries and entries[-1]["state"] == "begin" and not os.path.exists(self.target):
+                size = 0  # the half-finished append's file is gone (a crash before it was made)
+            elif entries and entries[-1]["state"] == "begin":
                 offset = int(str(entries[-1]["offset"]))
                 logger.warning(
                     "%s: undoing a half-finished append of sink %s batch %s "

@@ -343,6 +343,34 @@ def test_append_takeover_appends_the_new_query_after_the_old(tmp_path: Path) -> 
     assert (tmp_path / "out.jsonl").read_text() == '{"b": 0}\n{"b": 0}\n'
 
 
+def test_the_first_append_after_a_takeover_is_recorded(tmp_path: Path) -> None:
+    """The takeover rewrites the ledger (a new file renamed into place): the batch's own
+    begin and done lines must land in that file, or its replay appends it again and the
+    old query is not fenced."""
+    area = StagingArea(LocalDestination(str(tmp_path)), ".out.quixsinks")
+    appender = AppendPublisher(area, "out.jsonl", ".out.quixsinks/ledger.jsonl")
+    appender.publish(SINK, 0, [append_stage(appender, 0, OLD)], query_id=OLD)
+    taker = AppendPublisher(area, "out.jsonl", ".out.quixsinks/ledger.jsonl", OLD)
+    taker.publish(SINK, 0, [append_stage(taker, 0, NEW)], query_id=NEW)
+    assert taker.publish(SINK, 0, [append_stage(taker, 0, NEW)], query_id=NEW).already_committed
+    assert (tmp_path / "out.jsonl").read_text() == '{"b": 0}\n{"b": 0}\n'
+    with pytest.raises(LedgerFenceError):
+        appender.publish(SINK, 1, [append_stage(appender, 1, OLD)], query_id=OLD)
+
+
+def test_an_append_whose_file_never_came_to_be_starts_it(tmp_path: Path) -> None:
+    """A crash between the first batch's begin line and the file's creation: the next
+    commit starts the file, instead of failing on it for ever."""
+    area = StagingArea(LocalDestination(str(tmp_path)), ".out.quixsinks")
+    appender = AppendPublisher(area, "out.jsonl", ".out.quixsinks/ledger.jsonl")
+    ledger = tmp_path / ".out.quixsinks" / "ledger.jsonl"
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    begin = {"sink_id": SINK, "batch_id": 0, "query_id": OLD, "offset": 0, "state": "begin"}
+    ledger.write_text(json.dumps(begin) + "\n")
+    appender.publish(SINK, 0, [append_stage(appender, 0, OLD)], query_id=OLD)
+    assert (tmp_path / "out.jsonl").read_text() == '{"b": 0}\n'
+
+
 def test_append_ledger_is_compacted(appender: AppendPublisher, tmp_path: Path) -> None:
     for batch in range(30):
         appender.publish(SINK, batch, [append_stage(appender, batch, OLD)], query_id=OLD)
