@@ -481,10 +481,10 @@ _CONSTANT = r"[:\[,]\s*-?(?:NaN|Infinity)"
 
 
 def strict_json_texts(texts: pa.Array) -> pa.Array:
-    """``texts`` (binary JSON values that parsed) as strict JSON: a row holding ``NaN``,
+    """``texts`` (binary JSON values that parsed) as strict JSON: in a row holding ``NaN``,
     ``Infinity`` or ``-Infinity`` (Python's json module writes them, the JSON standard has
-    no such tokens) is re-encoded compactly with ``null`` there, as the encoder writes a
-    non-finite float; every other row is kept byte for byte."""
+    no such tokens) each of them becomes ``null``, as the encoder writes a non-finite
+    float; every other byte is kept (numbers keep their digits, repeated keys stay)."""
     marked = pc.fill_null(pc.match_substring_regex(texts, _CONSTANT), False)
     if not pc.any(marked).as_py():
         return texts
@@ -498,12 +498,38 @@ def strict_json_texts(texts: pa.Array) -> pa.Array:
     for row in pc.indices_nonzero(marked).to_pylist():
         raw = texts[row].as_py()
         used.clear()
-        value = json.loads(raw, parse_constant=constant)
-        if used:
-            value = finite(value)
-            raw = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-        fixed.append(raw)
+        json.loads(raw, parse_constant=constant)
+        fixed.append(_nulled_constants(raw) if used else raw)
     return pc.replace_with_mask(texts, marked, pa.array(fixed, texts.type))
+
+
+_CONSTANTS = (b"-Infinity", b"Infinity", b"NaN")
+
+
+def _nulled_constants(raw: bytes) -> bytes:
+    """``raw`` (JSON text) with each ``NaN``, ``Infinity`` and ``-Infinity`` outside a
+    string replaced by ``null``, every other byte as it was."""
+    out = bytearray()
+    i, size, in_string = 0, len(raw), False
+    while i < size:
+        byte = raw[i]
+        if in_string:
+            if byte == 0x5C:  # a backslash escapes the next byte
+                out += raw[i : i + 2]
+                i += 2
+                continue
+            in_string = byte != 0x22
+        elif byte == 0x22:
+            in_string = True
+        else:
+            token = next((t for t in _CONSTANTS if raw.startswith(t, i)), None)
+            if token is not None:
+                out += b"null"
+                i += len(token)
+                continue
+        out.append(byte)
+        i += 1
+    return bytes(out)
 
 
 def finite(value: Any) -> Any:

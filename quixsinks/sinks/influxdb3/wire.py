@@ -32,7 +32,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true, floor_time
+from quixsinks.core.arrow import first_null, first_true, floor_time, nearest_float
 from quixsinks.core.errors import OptionError, RecordError
 
 __all__ = [
@@ -162,8 +162,7 @@ def field_pieces(
     if kind == "uint":
         return [pc.cast(column, pa.string()), "u"]
     if kind == "float":
-        if pa.types.is_decimal(column.type):
-            column = pc.cast(column, pa.float64())
+        column = nearest_float(column)
         finite = pc.is_finite(column)
         bad = pc.and_(pc.invert(finite), pc.is_valid(column))
         row = first_true(bad)

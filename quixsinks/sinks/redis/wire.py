@@ -26,6 +26,7 @@ from quixsinks.core.arrow import (
     first_null,
     first_true,
     join_lines,
+    nearest_float,
     serialize_each,
 )
 from quixsinks.core.batch import SinkBatch
@@ -557,8 +558,7 @@ def _with_expire(
 
 
 def _scores(column: pa.Array, name: str) -> pa.Array:
-    if pa.types.is_decimal(column.type):
-        column = pc.cast(column, pa.float64())
+    column = nearest_float(column)
     row = first_null(column)
     if row is None and pa.types.is_floating(column.type):
         row = first_true(pc.is_nan(column))
