@@ -245,3 +245,15 @@ def test_bytes_fit_a_quix_string_key_column_as_utf8_text() -> None:
     assert convert(keys, BQField("__key", "STRING")).to_pylist() == ["sensor-1", None, "ü"]
     with pytest.raises(RecordError, match=r"column '__key', row 2: bytes that are not UTF-8"):
         convert(pa.array([b"a", None, b"\xff\xfe"], pa.binary()), BQField("__key", "STRING"))
+
+
+def test_a_float_goes_into_numeric_only_as_a_decimal_that_reads_back_as_it() -> None:
+    """A cast alone rounds to NUMERIC's 9 places without a word (1e-10 became 0): a float
+    is taken when its NUMERIC reads back as the same float, else its row is refused."""
+    fine = convert(pa.array([0.1, 19.99, -3.5, None], pa.float64()), BQField("c", "NUMERIC"))
+    assert [None if v is None else float(v) for v in fine.to_pylist()] == [0.1, 19.99, -3.5, None]
+    with pytest.raises(RecordError, match="row 1: the float 1e-10 has no NUMERIC") as error:
+        convert(pa.array([0.1, 1e-10], pa.float64()), BQField("c", "NUMERIC"))
+    assert error.value.row == 1
+    wide = convert(pa.array([1e-10], pa.float64()), BQField("c", "BIGNUMERIC"))
+    assert float(wide[0].as_py()) == 1e-10

@@ -321,6 +321,8 @@ def test_every_psycopg2_error_class_translates_to_a_quixsinks_error() -> None:
         ("integer", "numeric(12,2)", True),
         ("bigint", "numeric(12,2)", False),
         ("bigint", "double precision", False),
+        ("numeric(38,18)", "double precision", False),  # a decimal's digits would round
+        ("numeric(10,2)", "double precision", False),
     ],
 )
 def test_an_existing_numeric_column_takes_only_values_it_keeps_exactly(

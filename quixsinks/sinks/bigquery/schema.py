@@ -362,6 +362,8 @@ def convert(array: pa.Array, target: BQField, *, path: str | None = None) -> pa.
             return pc.assume_timezone(array, "UTC").cast(wanted)
         if target.type == "DATETIME" and array.type.tz is not None:
             return array.cast(pa.int64()).cast(wanted)  # the UTC wall clock
+    if pa.types.is_floating(array.type) and pa.types.is_decimal(wanted):
+        return _floats_as_decimals(array, wanted, name, target.type)
     try:
         return pc.cast(array, wanted, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -369,6 +371,30 @@ def convert(array: pa.Array, target: BQField, *, path: str | None = None) -> pa.
         raise _bad(
             name, row, f"the value does not fit the column's type {target.type} ({exc})"
         ) from None
+
+
+def _floats_as_decimals(array: pa.Array, wanted: pa.DataType, name: str, kind: str) -> pa.Array:
+    """Floats for a NUMERIC or BIGNUMERIC column: each the column's decimal nearest to it,
+    when that decimal reads back as the same float (19.99 does: its NUMERIC is 19.99);
+    a RecordError naming the first row whose float it would change (1e-10 would become 0
+    in NUMERIC's 9 places), which a cast alone rounds without a word."""
+    try:
+        decimals = pc.cast(array, wanted, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        unfit = _first_unfit(array, wanted)
+        raise _bad(name, unfit, f"the value does not fit {kind} ({exc})") from None
+    same = pc.equal(pc.cast(pc.cast(decimals, pa.string()), pa.float64()), array)
+    changed = pc.and_(pc.invert(pc.fill_null(same, True)), pc.is_valid(array))
+    row = first_true(changed)
+    if row is not None:
+        raise _bad(
+            name,
+            row,
+            f"the float {array[row].as_py()!r} has no {kind} value that reads back as it "
+            f"(the nearest is {decimals[row].as_py()}); cast the column to a decimal in "
+            "Spark, or write to a FLOAT64 column",
+        )
+    return decimals
 
 
 def _is_binary(t: pa.DataType) -> bool:

@@ -140,7 +140,7 @@ _ACCEPTS: dict[str, tuple[str, ...]] = {
     "bigint": ("bigint", "numeric"),
     "real": ("real", "double precision", "numeric"),
     "double precision": ("double precision", "numeric"),
-    "numeric": ("numeric", "double precision"),
+    "numeric": ("numeric",),  # a double would round a decimal's digits
     "text": ("text", "character varying", "character", "citext", "uuid", "json", "jsonb"),
     "bytea": ("bytea",),
     "boolean": ("boolean",),
