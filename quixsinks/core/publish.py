@@ -123,6 +123,17 @@ class StagingArea:
     def owner_key(self, sink_id: str) -> str:
         return f"{self.ledger_prefix(sink_id)}/owner.json"
 
+    def markers(self, sink_id: str) -> dict[int, str]:
+        """The sink id's markers by batch id (not its owner object, nor a marker's temporary
+        file while it is linked into place)."""
+        prefix = self.ledger_prefix(sink_id)
+        found: dict[int, str] = {}
+        for key in self.destination.list(prefix):
+            name = key[len(prefix) + 1 :]
+            if name.endswith(".json") and name[:-5].isdigit():
+                found[int(name[:-5])] = key
+        return found
+
     def forget(self, sink_id: str, batch_id: int) -> None:
         """Delete a batch write's marker and its sink id's owner: a batch write is never
         replayed, and the next one of the same sink id starts with a fresh ledger."""
@@ -171,9 +182,7 @@ class StagingArea:
         * Staging of lower batch ids without a marker stays: a keyed write of the sink id
           may be committing it right now; :meth:`sweep` removes it once it is abandoned.
         """
-        ledger = self.ledger_prefix(sink_id)
-        markers = {_batch_of(k, ledger): k for k in self.destination.list(ledger)}
-        markers.pop(-1, None)  # the owner object
+        markers = self.markers(sink_id)
         old = [markers[b] for b in sorted(beyond_kept(markers, self.keep_batches, batch_id))]
         staging = f"{self.state_prefix}/staging/{sink_id}"
         leftovers: dict[int, list[str]] = {}
@@ -297,11 +306,10 @@ class MarkerStore(RecordingLedgerStore):
         if owner is not None:
             return {str(owner.get("query_id", ""))}
         # markers without an owner object (quixsinks 0.1): their query ids, if any
-        prefix = self.staging.ledger_prefix(sink_id)
-        markers = [k for k in self.destination.list(prefix) if _batch_of(k, prefix) >= 0]
+        markers = self.staging.markers(sink_id)
         if not markers:
             return set()
-        newest = self.staging.read_marker(markers[-1])
+        newest = self.staging.read_marker(markers[max(markers)])
         return {str(newest.get("query_id", ""))} if newest is not None else set()
 
     def claim(self, sink_id: str, query_id: str) -> None:
@@ -341,16 +349,12 @@ class MarkerStore(RecordingLedgerStore):
         self._owners.pop(sink_id, None)
 
     def prune(self, sink_id: str, keep: int, recorded: int) -> None:
-        prefix = self.staging.ledger_prefix(sink_id)
-        markers = {_batch_of(k, prefix): k for k in self.destination.list(prefix)}
-        markers.pop(-1, None)  # the owner object
+        markers = self.staging.markers(sink_id)
         gone = beyond_kept(markers, keep, recorded)
         self.destination.delete([markers[b] for b in sorted(gone)])
 
     def newest_batch(self, sink_id: str) -> int:
-        prefix = self.staging.ledger_prefix(sink_id)
-        batches = [_batch_of(k, prefix) for k in self.destination.list(prefix)]
-        return max(batches, default=-1)
+        return max(self.staging.markers(sink_id), default=-1)
 
 
 def _batch_of(key: str, prefix: str) -> int:
@@ -664,9 +668,9 @@ class AppendPublisher:
                 self.staging.discard(sink_id, batch_id)
                 return PublishResult(files=0, already_committed=True)
             size = os.path.getsize(self.target) if os.path.exists(self.target) else 0
-            if entries and entries[-1]["state"] == "begin" and not os.path.exists(self.target):
-                size = 0  # the half-finished append's file is gone (a crash before it was made)
-            elif entries and entries[-1]["state"] == "begin":
+            # a half-finished append is undone; its file may not exist (a crash before the
+            # first append made it): then there is nothing to undo
+            if entries and entries[-1]["state"] == "begin" and os.path.exists(self.target):
                 offset = int(str(entries[-1]["offset"]))
                 logger.warning(
                     "%s: undoing a half-finished append of sink %s batch %s "
