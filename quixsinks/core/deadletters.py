@@ -392,7 +392,9 @@ def publish_dead_letters(
     if not files or staging is None:
         return 0
     takeover = getattr(options, "takeover_query_id", None)
-    missed = _not_yet_published(staging, context, files) if context.ledgered else []
+    missed, supplement = (
+        _not_yet_published(staging, context, files) if context.ledgered else ([], 0)
+    )
     result = FilePublisher(staging, takeover).publish(
         context.sink_id,
         context.batch_id,
@@ -401,7 +403,7 @@ def publish_dead_letters(
         keep_ledger=context.ledgered,
     )
     if missed:
-        return result.files + _publish_supplement(staging, context, missed, takeover)
+        return result.files + _publish_supplement(staging, context, missed, supplement, takeover)
     return result.files
 
 
@@ -423,26 +425,29 @@ def _supplement_id(sink_id: str, n: int) -> str:
 
 def _not_yet_published(
     staging: StagingArea, context: CommitContext, files: Sequence[StagedFile]
-) -> list[bytes]:
+) -> tuple[list[bytes], int]:
     """The lines of ``files`` (this commit's staged dead letters) whose rows the batch's
-    published dead letters (its marker's files, and its supplements') lack; [] when the
-    batch has no marker yet (nothing published: the usual case)."""
+    published dead letters (its marker's files, and its supplements') lack, and the number
+    of the batch's next supplement; no lines when the batch has no marker yet (nothing
+    published: the usual case)."""
     published: Counter[bytes] = Counter()
     sink_id = context.sink_id
-    for n in range(MAX_SUPPLEMENTS + 1):
+    ours = {f.staging_key for f in files}
+    n = 0
+    while n <= MAX_SUPPLEMENTS:
         marker_sink = sink_id if n == 0 else _supplement_id(sink_id, n)
         try:
             manifest = staging.read_marker(staging.marker_key(marker_sink, context.batch_id))
         except CommitError:
-            return []  # being written by another committer: its publish decides
+            return [], n  # being written by another committer: its publish decides
         if manifest is None:
             if n == 0:
-                return []
+                return [], n
             break
-        ours = {f.staging_key for f in files}
+        n += 1
         for src, dst in manifest.get("files", []):
             if src in ours:
-                return []  # this very commit published them (a retried commit call)
+                return [], n  # this very commit published them (a retried commit call)
             key = dst if staging.destination.exists(dst) else src
             for line in staging.destination.read_bytes(key).splitlines():
                 if line.strip():
@@ -457,23 +462,24 @@ def _not_yet_published(
                 published[key] -= 1
             else:
                 missed.append(line)
-    return missed
+    return missed, n
 
 
 def _publish_supplement(
-    staging: StagingArea, context: CommitContext, lines: list[bytes], takeover: str | None
+    staging: StagingArea,
+    context: CommitContext,
+    lines: list[bytes],
+    n: int,
+    takeover: str | None,
 ) -> int:
-    """Publish ``lines`` as the batch's next supplement (one file, its own marker)."""
-    for n in range(1, MAX_SUPPLEMENTS + 1):
-        sink_id = _supplement_id(context.sink_id, n)
-        if not staging.destination.exists(staging.marker_key(sink_id, context.batch_id)):
-            break
-    else:
+    """Publish ``lines`` as the batch's ``n``-th supplement (one file, its own marker)."""
+    if n > MAX_SUPPLEMENTS:
         raise CommitError(
             f"batch {context.batch_id} of sink id {context.sink_id} has been replayed with "
             f"other dead letters {MAX_SUPPLEMENTS} times; its refused rows cannot be "
             "published once more"
         )
+    sink_id = _supplement_id(context.sink_id, n)
     task = WriteContext(
         sink_id, context.batch_id, 0, uuid.uuid4().hex, context.streaming, context.query_id
     )
