@@ -38,7 +38,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quixsinks.core.arrow import first_null, first_true, floor_time
+from quixsinks.core.arrow import first_null, first_true, floor_time, nearest_float
 from quixsinks.core.errors import OptionError, RecordError
 
 from .options import STAGING_SUFFIX
@@ -383,7 +383,7 @@ def _floats_as_decimals(array: pa.Array, wanted: pa.DataType, name: str, kind: s
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         unfit = _first_unfit(array, wanted)
         raise _bad(name, unfit, f"the value does not fit {kind} ({exc})") from None
-    same = pc.equal(pc.cast(pc.cast(decimals, pa.string()), pa.float64()), array)
+    same = pc.equal(nearest_float(decimals), array)
     changed = pc.and_(pc.invert(pc.fill_null(same, True)), pc.is_valid(array))
     row = first_true(changed)
     if row is not None:

@@ -754,7 +754,10 @@ class PreparedMode(WriteMode):
             (self.options.staging_max_age_hours * 3600,),
         )
         found = cur.fetchall()
-        committed = self._committed_batches(cur, sink_id, batch_id, [gid for gid, _, _ in found])
+        committed: set[int] = set()
+        if sink_id is not None and batch_id is not None:  # not a preflight's recovery
+            batches = [stage_batch(gid, sink_id) for gid, _, _ in found]
+            committed = _committed_lower(cur, self.options, sink_id, batch_id, batches)
         for gid, decided, old in found:
             action = settle_action(
                 gid,
@@ -778,16 +781,6 @@ class PreparedMode(WriteMode):
                 "WHERE p.gid = d.gid AND p.database = current_database())"
             ).format(decided_table)
         )
-
-    def _committed_batches(
-        self, cur: Any, sink_id: str | None, batch_id: int | None, gids: list[str]
-    ) -> set[int]:
-        """The lower batch ids of ``sink_id`` with prepared transactions in ``gids`` that
-        the ledger holds (see :func:`_committed_lower`)."""
-        if sink_id is None or batch_id is None:
-            return set()
-        ids = [stage_batch(g, sink_id) for g in gids]
-        return _committed_lower(cur, self.options, sink_id, batch_id, ids)
 
     def abort(self, context: CommitContext, receipts: list[Receipt[StagedRows]]) -> None:
         """ROLLBACK PREPARED every transaction of the batch that no commit has decided: the
