@@ -129,9 +129,9 @@ class StagingArea:
         prefix = self.ledger_prefix(sink_id)
         found: dict[int, str] = {}
         for key in self.destination.list(prefix):
-            name = key[len(prefix) + 1 :]
-            if name.endswith(".json") and name[:-5].isdigit():
-                found[int(name[:-5])] = key
+            batch = _marker_batch(key[len(prefix) + 1 :])
+            if batch is not None:
+                found[batch] = key
         return found
 
     def forget(self, sink_id: str, batch_id: int) -> None:
@@ -253,7 +253,7 @@ class StagingArea:
         records = []
         for key in self.destination.list(prefix):
             folder, _, name = key.rpartition("/")
-            if not name.endswith(".json") or not name[:-5].isdigit():
+            if _marker_batch(name) is None:
                 continue  # owner objects, anything else
             if sink_id is None and folder.rpartition("/")[0] != root:
                 continue
@@ -355,6 +355,13 @@ class MarkerStore(RecordingLedgerStore):
 
     def newest_batch(self, sink_id: str) -> int:
         return max(self.staging.markers(sink_id), default=-1)
+
+
+def _marker_batch(name: str) -> int | None:
+    """The batch id of a marker's file name (``<digits>.json``); None for anything else."""
+    if name.endswith(".json") and name[:-5].isdigit():
+        return int(name[:-5])
+    return None
 
 
 def _batch_of(key: str, prefix: str) -> int:
